@@ -1,0 +1,417 @@
+#!/usr/bin/env bash
+# A real Kubernetes control plane on loopback, as plain processes (no containers), for the
+# end-to-end tests and the demo: etcd, kube-apiserver, kube-controller-manager, kube-scheduler and
+# kwok (fake kubelet for two fake nodes). Binaries come from e2e/harness/build.sh.
+#
+# Usage:
+#   e2e/cluster.sh up     [NAME]   start cluster NAME (default "default"), or do nothing if it is
+#                                  already up and healthy; last stdout line: export KUBECONFIG=...
+#   e2e/cluster.sh down   [NAME]   stop every process of NAME and remove its run directory
+#   e2e/cluster.sh status [NAME]   one line per component; exit 1 if anything is not running
+#   e2e/cluster.sh env    [NAME]   print the export line
+#
+# Environment:
+#   LEASEHOLD_RUN_DIR     parent of the run directories (default /tmp/leasehold-clusters)
+#   LEASEHOLD_UP_TIMEOUT  seconds to wait for each readiness step of `up` (default 120)
+#
+# Run directory <run dir>/<NAME>: kubeconfig (admin), pki/, pids/<component>.pid,
+# logs/<component>.log, ports.env (the ports picked), etcd/ (data), kwok-home/.
+# Progress goes to stderr; stdout only carries the export line.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# Start order; `down` stops them in reverse.
+components=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok)
+timeout=${LEASEHOLD_UP_TIMEOUT:-120}
+
+log() { echo "[cluster:${name:-?}] $*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+usage() {
+  sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//' >&2
+  exit 2
+}
+
+# ---------------------------------------------------------------------------------------------
+# Process bookkeeping
+
+pidfile() { echo "$dir/pids/$1.pid"; }
+
+# Prints the pid of a component if its process is alive and really is that component (guards
+# against a stale pid file whose pid was reused by something else).
+live_pid() {
+  local f pid exe
+  f=$(pidfile "$1")
+  [ -s "$f" ] || return 1
+  pid=$(<"$f")
+  kill -0 "$pid" 2>/dev/null || return 1
+  exe=$(tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null | head -n1) || return 1
+  [ "$(basename -- "$exe")" = "$1" ] || return 1
+  echo "$pid"
+}
+
+# start <component> <binary> [args...]: runs it detached in its own session so it survives the
+# calling shell (no SIGHUP, not in the caller's process group), stdin from /dev/null, output to
+# logs/<component>.log. A backgrounded child of a non-interactive shell is not a process-group
+# leader, so setsid(1) calls setsid(2) and execs in place: $! is the component's own pid.
+start() {
+  local comp=$1; shift
+  log "starting $comp"
+  setsid "$@" </dev/null >>"$dir/logs/$comp.log" 2>&1 &
+  echo $! >"$(pidfile "$comp")"
+}
+
+# Stops every tracked process: SIGTERM to all, then SIGKILL to what is left after 10 s, then waits
+# until all are gone. Each component leads its own process group (setsid), so the group is
+# signalled, which would also catch any child it had spawned.
+stop_all() {
+  local comp pid pids=() i
+  for ((i = ${#components[@]} - 1; i >= 0; i--)); do
+    comp=${components[i]}
+    if pid=$(live_pid "$comp"); then
+      log "stopping $comp (pid $pid)"
+      kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
+      pids+=("$pid")
+    fi
+    rm -f "$(pidfile "$comp")"
+  done
+  [ ${#pids[@]} -gt 0 ] || return 0
+  for ((i = 0; i < 100; i++)); do # 10 s
+    alive=()
+    for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && alive+=("$pid"); done
+    [ ${#alive[@]} -eq 0 ] && return 0
+    sleep 0.1
+  done
+  log "still running after 10 s, sending SIGKILL: ${alive[*]}"
+  for pid in "${alive[@]}"; do kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true; done
+  for ((i = 0; i < 100; i++)); do
+    alive=()
+    for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && alive+=("$pid"); done
+    [ ${#alive[@]} -eq 0 ] && return 0
+    sleep 0.1
+  done
+  die "processes survived SIGKILL: ${alive[*]}"
+}
+
+# ---------------------------------------------------------------------------------------------
+# Health
+
+# Health endpoint of each component (all but etcd and kwok need the admin client cert: they sit
+# behind delegated authn/z; /healthz, /readyz, /livez are in --authorization-always-allow-paths).
+probe() {
+  local comp=$1
+  # shellcheck disable=SC1091
+  . "$dir/ports.env"
+  local tls=(--cacert "$dir/pki/ca.crt" --cert "$dir/pki/admin.crt" --key "$dir/pki/admin.key")
+  case $comp in
+    etcd) curl -fsS -m 3 "http://127.0.0.1:$ETCD_PORT/health" | grep -q '"health":"true"' ;;
+    kube-apiserver) [ "$(curl -fsS -m 3 "${tls[@]}" "https://127.0.0.1:$APISERVER_PORT/readyz")" = ok ] ;;
+    # Their serving certs are self-signed (generated in memory at start), hence -k.
+    kube-controller-manager) [ "$(curl -fsSk -m 3 "https://127.0.0.1:$KCM_PORT/healthz")" = ok ] ;;
+    kube-scheduler) [ "$(curl -fsSk -m 3 "https://127.0.0.1:$SCHEDULER_PORT/healthz")" = ok ] ;;
+    kwok) [ "$(curl -fsS -m 3 "http://127.0.0.1:$KWOK_PORT/healthz")" = ok ] ;;
+  esac
+}
+
+# Prints one line per component, returns non-zero if any is not running and healthy.
+check_status() {
+  local comp pid rc=0
+  for comp in "${components[@]}"; do
+    if ! pid=$(live_pid "$comp"); then
+      printf '%-24s stopped\n' "$comp"; rc=1
+    elif [ -f "$dir/ports.env" ] && probe "$comp" 2>/dev/null; then
+      printf '%-24s running (pid %s)\n' "$comp" "$pid"
+    else
+      printf '%-24s unhealthy (pid %s)\n' "$comp" "$pid"; rc=1
+    fi
+  done
+  return $rc
+}
+
+# wait_for <component whose log explains failures> <description> <command...>
+# Polls the command every 0.5 s until it succeeds; fails after $timeout s, or at once if the
+# component's process died, printing the tail of its log.
+wait_for() {
+  local comp=$1 what=$2; shift 2
+  local deadline=$((SECONDS + timeout))
+  log "waiting for $what"
+  until "$@" >/dev/null 2>&1; do
+    if ! live_pid "$comp" >/dev/null; then
+      fail "$comp exited while waiting for $what" "$comp"
+    fi
+    if ((SECONDS >= deadline)); then
+      fail "timed out after ${timeout}s waiting for $what" "$comp"
+    fi
+    sleep 0.5
+  done
+}
+
+# fail <message> <component>: log tail, stop what was started, keep the run dir for inspection.
+fail() {
+  log "ERROR: $1"
+  log "last lines of $dir/logs/$2.log:"
+  tail -n 30 "$dir/logs/$2.log" >&2 || true
+  stop_all
+  log "processes stopped; logs kept in $dir/logs (\`$0 down $name\` removes them)"
+  exit 1
+}
+
+# ---------------------------------------------------------------------------------------------
+# Set-up pieces
+
+# Free TCP ports on 127.0.0.1, below the kernel's ephemeral range (32768-60999 by default) so an
+# outgoing connection cannot grab one between picking and binding.
+pick_ports() {
+  local n=$1 used picked=() p
+  used=$(ss -Htan | awk '{print $4}' | sed -n 's/.*:\([0-9]*\)$/\1/p' | sort -u)
+  while [ ${#picked[@]} -lt "$n" ]; do
+    p=$((20000 + RANDOM % 12000))
+    grep -qx "$p" <<<"$used" && continue
+    [[ " ${picked[*]} " == *" $p "* ]] && continue
+    picked+=("$p")
+  done
+  echo "${picked[@]}"
+}
+
+# Throwaway PKI (hack/local-up-cluster.sh and controller-runtime envtest generate the same set):
+# one CA; apiserver serving cert; admin client cert (O=system:masters bypasses RBAC, and every
+# component uses it, as kwokctl does); RSA key that signs ServiceAccount tokens.
+gen_pki() {
+  local p=$dir/pki
+  mkdir -p "$p"
+  (
+    cd "$p"
+    exec 2>openssl.log # openssl is chatty on stderr; keep it out of the way unless it fails
+    openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 3650 \
+      -subj "/CN=leasehold-e2e-ca" \
+      -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign"
+    # SANs: 127.0.0.1 for us, 10.0.0.1 = first IP of --service-cluster-ip-range (the `kubernetes`
+    # Service), and the in-cluster DNS names. rustls (kube-rs) matches an IP only against IP SANs.
+    openssl req -newkey rsa:2048 -nodes -keyout apiserver.key -out apiserver.csr -subj "/CN=kube-apiserver"
+    openssl x509 -req -in apiserver.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out apiserver.crt -days 3650 \
+      -extfile <(printf '%s\n' \
+        "basicConstraints=CA:FALSE" \
+        "keyUsage=critical,digitalSignature,keyEncipherment" \
+        "extendedKeyUsage=serverAuth" \
+        "subjectAltName=IP:127.0.0.1,IP:10.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local")
+    openssl req -newkey rsa:2048 -nodes -keyout admin.key -out admin.csr -subj "/O=system:masters/CN=admin"
+    openssl x509 -req -in admin.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out admin.crt -days 3650 \
+      -extfile <(printf '%s\n' "basicConstraints=CA:FALSE" \
+        "keyUsage=critical,digitalSignature,keyEncipherment" "extendedKeyUsage=clientAuth")
+    openssl genrsa -out sa.key 2048
+    openssl rsa -in sa.key -pubout -out sa.pub
+    rm -f ./*.csr ca.srl
+  ) || { cat "$p/openssl.log" >&2; die "openssl failed"; }
+}
+
+write_kubeconfig() {
+  local b64='base64 -w0'
+  cat >"$dir/kubeconfig" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: leasehold-$name
+  cluster:
+    server: https://127.0.0.1:$APISERVER_PORT
+    certificate-authority-data: $($b64 <"$dir/pki/ca.crt")
+users:
+- name: admin
+  user:
+    client-certificate-data: $($b64 <"$dir/pki/admin.crt")
+    client-key-data: $($b64 <"$dir/pki/admin.key")
+contexts:
+- name: leasehold-$name
+  context:
+    cluster: leasehold-$name
+    user: admin
+    namespace: default
+current-context: leasehold-$name
+EOF
+  chmod 600 "$dir/kubeconfig"
+}
+
+# Two fake nodes for kwok. No taint, so ordinary pods schedule onto them.
+create_nodes() {
+  local n
+  for n in kwok-node-0 kwok-node-1; do
+    cat <<EOF
+---
+apiVersion: v1
+kind: Node
+metadata:
+  name: $n
+  annotations:
+    kwok.x-k8s.io/node: fake  # matched by kwok --manage-nodes-with-annotation-selector
+    node.alpha.kubernetes.io/ttl: "0"
+  labels:
+    type: kwok
+    kubernetes.io/hostname: $n
+    kubernetes.io/os: linux
+    kubernetes.io/arch: amd64
+    kubernetes.io/role: agent
+    node-role.kubernetes.io/agent: ""
+status:
+  capacity: {cpu: "32", memory: 256Gi, pods: "500", ephemeral-storage: 1Ti}
+  allocatable: {cpu: "32", memory: 256Gi, pods: "500", ephemeral-storage: 1Ti}
+EOF
+  done | kubectl apply -f - >/dev/null
+}
+
+kubectl() { "$bin/kubectl" --kubeconfig "$dir/kubeconfig" "$@"; }
+
+nodes_ready() {
+  [ "$(kubectl get nodes -l type=kwok \
+    -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' |
+    grep -c '^True$')" -eq 2 ]
+}
+
+# ---------------------------------------------------------------------------------------------
+# Commands
+
+cmd_up() {
+  if [ -d "$dir" ]; then
+    if check_status >/dev/null 2>&1; then
+      log "already up"
+      cmd_env
+      return 0
+    fi
+    log "found a stale or unhealthy run directory; cleaning it up first"
+    stop_all
+    rm -rf "$dir"
+  fi
+
+  bin=$("$here/harness/build.sh")
+  [ -x "$bin/kube-apiserver" ] || die "build.sh did not produce binaries in '$bin'"
+  local t0=$SECONDS
+
+  mkdir -p "$dir/pids" "$dir/logs" "$dir/etcd" "$dir/kwok-home"
+  echo "$bin" >"$dir/bin-dir"
+  gen_pki
+  read -r ETCD_PORT ETCD_PEER_PORT APISERVER_PORT KCM_PORT SCHEDULER_PORT KWOK_PORT < <(pick_ports 6)
+  cat >"$dir/ports.env" <<EOF
+ETCD_PORT=$ETCD_PORT
+ETCD_PEER_PORT=$ETCD_PEER_PORT
+APISERVER_PORT=$APISERVER_PORT
+KCM_PORT=$KCM_PORT
+SCHEDULER_PORT=$SCHEDULER_PORT
+KWOK_PORT=$KWOK_PORT
+EOF
+  write_kubeconfig
+  local pki=$dir/pki kc=$dir/kubeconfig
+
+  # etcd: one member on loopback. The peer URL is never used by a single member but etcd always
+  # listens on it (default localhost:2380), so it gets its own port too.
+  # --unsafe-no-fsync: no fsync of the WAL; data is throwaway (controller-runtime envtest does this).
+  start etcd "$bin/etcd" \
+    --name=default --data-dir="$dir/etcd" \
+    --listen-client-urls="http://127.0.0.1:$ETCD_PORT" \
+    --advertise-client-urls="http://127.0.0.1:$ETCD_PORT" \
+    --listen-peer-urls="http://127.0.0.1:$ETCD_PEER_PORT" \
+    --initial-advertise-peer-urls="http://127.0.0.1:$ETCD_PEER_PORT" \
+    --initial-cluster="default=http://127.0.0.1:$ETCD_PEER_PORT" \
+    --unsafe-no-fsync=true \
+    --log-level=warn
+  wait_for etcd "etcd health" probe etcd
+
+  # kube-apiserver. Admission plugins: the default set (includes ServiceAccount and the webhook
+  # plugins). --advertise-address: without it the apiserver looks for a default route and aborts
+  # on machines that have none. --authorization-mode=RBAC: the Node authorizer is only useful with
+  # real kubelets. Service-account issuer + signing key are mandatory since 1.20; the verifying
+  # key is the public half. --cert-dir is unused (serving cert given) but would default to
+  # /var/run/kubernetes.
+  start kube-apiserver "$bin/kube-apiserver" \
+    --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
+    --bind-address=127.0.0.1 --secure-port="$APISERVER_PORT" \
+    --advertise-address=127.0.0.1 \
+    --cert-dir="$pki" \
+    --tls-cert-file="$pki/apiserver.crt" --tls-private-key-file="$pki/apiserver.key" \
+    --client-ca-file="$pki/ca.crt" \
+    --authorization-mode=RBAC \
+    --service-account-issuer=https://kubernetes.default.svc.cluster.local \
+    --service-account-signing-key-file="$pki/sa.key" \
+    --service-account-key-file="$pki/sa.pub" \
+    --service-cluster-ip-range=10.0.0.0/24 \
+    --allow-privileged=true
+  wait_for kube-apiserver "kube-apiserver /readyz" probe kube-apiserver
+
+  # kube-controller-manager with every default controller. It talks to the apiserver as admin but
+  # --use-service-account-credentials makes each controller use its own kube-system
+  # ServiceAccount, i.e. the bootstrap RBAC roles a real cluster has. --root-ca-file feeds the
+  # kube-root-ca.crt ConfigMaps; --service-account-private-key-file the legacy token Secrets.
+  # Node monitor period/grace: kwokctl's defaults (5 s / 40 s), faster than upstream's 5 s / 50 s.
+  # --authentication/authorization-kubeconfig: delegated authn/z for its own HTTPS port.
+  start kube-controller-manager "$bin/kube-controller-manager" \
+    --kubeconfig="$kc" --authentication-kubeconfig="$kc" --authorization-kubeconfig="$kc" \
+    --bind-address=127.0.0.1 --secure-port="$KCM_PORT" \
+    --leader-elect=false \
+    --controllers='*' \
+    --use-service-account-credentials=true \
+    --root-ca-file="$pki/ca.crt" \
+    --service-account-private-key-file="$pki/sa.key" \
+    --node-monitor-period=5s --node-monitor-grace-period=40s
+
+  start kube-scheduler "$bin/kube-scheduler" \
+    --kubeconfig="$kc" --authentication-kubeconfig="$kc" --authorization-kubeconfig="$kc" \
+    --bind-address=127.0.0.1 --secure-port="$SCHEDULER_PORT" \
+    --leader-elect=false
+
+  # kwok, the fake kubelet. HOME points into the run dir because kwok always loads
+  # ~/.kwok/kwok.yaml first if it exists (kwok pkg/config/flags.go), which would leak a
+  # developer's own stages into the tests. --cidr: pod IPs (the default 10.0.0.0/24 collides with
+  # the service range). --node-ip: the InternalIP/hostIP written into node and pod status.
+  # --server-address: its HTTP server (/healthz), on a free port (default would be 10247 in kwokctl).
+  start kwok env HOME="$dir/kwok-home" "$bin/kwok" \
+    --kubeconfig="$kc" \
+    --config="$here/harness/kwok-stages.yaml" \
+    --manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake \
+    --cidr=10.244.0.0/16 \
+    --node-ip=127.0.0.1 \
+    --server-address="127.0.0.1:$KWOK_PORT"
+
+  wait_for kube-controller-manager "kube-controller-manager /healthz" probe kube-controller-manager
+  wait_for kube-scheduler "kube-scheduler /healthz" probe kube-scheduler
+  wait_for kwok "kwok /healthz" probe kwok
+
+  log "creating fake nodes"
+  create_nodes
+  wait_for kwok "both nodes Ready" nodes_ready
+  wait_for kube-controller-manager "ServiceAccount default/default" kubectl get serviceaccount default -n default
+
+  log "up in $((SECONDS - t0)) s (binaries: $bin)"
+  cmd_env
+}
+
+cmd_down() {
+  if [ ! -d "$dir" ]; then
+    log "not running (no $dir)"
+    return 0
+  fi
+  stop_all
+  rm -rf "$dir"
+  log "down"
+}
+
+cmd_status() {
+  [ -d "$dir" ] || { log "no run directory $dir"; exit 1; }
+  check_status
+}
+
+cmd_env() {
+  echo "export KUBECONFIG=$dir/kubeconfig"
+}
+
+# ---------------------------------------------------------------------------------------------
+
+[ $# -ge 1 ] && [ $# -le 2 ] || usage
+command=$1
+name=${2:-default}
+[[ $name =~ ^[A-Za-z0-9][A-Za-z0-9._-]*$ ]] || die "invalid cluster name '$name'"
+dir=${LEASEHOLD_RUN_DIR:-/tmp/leasehold-clusters}/$name
+
+case $command in
+  up) cmd_up ;;
+  down) cmd_down ;;
+  status) cmd_status ;;
+  env) cmd_env ;;
+  *) usage ;;
+esac

@@ -1,0 +1,350 @@
+//! DistributedLock reconcile: observe (caches) -> decide ([`crate::lock::grant::decide`]) ->
+//! apply (one write) -> repeat on the written objects -> report (status, Events, metrics).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+use kube::runtime::reflector::ObjectRef;
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+
+use super::{Context, backoff_for};
+use crate::crd::condition::{self, reason};
+use crate::crd::{DistributedLock, DistributedLockStatus, HolderStatus};
+use crate::error::{Error, Result, call};
+use crate::lease;
+use crate::lock::fencing::parse_token;
+use crate::lock::grant::{self, Decision, Grant, Observation, Phase, PodView, Release, Settings};
+use crate::lock::{LOCK_ANNOTATION, SCHEDULING_GATE, TOKEN_ANNOTATION};
+use crate::metrics::Metrics;
+
+/// Most writes one reconcile does before handing back to the controller (reserve, create,
+/// grant, patch pod, status). A loop that does not settle is a bug; this bounds its cost.
+const MAX_STEPS: usize = 8;
+/// How many waiters `status.waiters` lists.
+const STATUS_WAITERS: usize = 10;
+
+/// Reconciles one lock. Errors are retried by [`error_policy`].
+pub async fn reconcile(lock: Arc<DistributedLock>, ctx: Arc<Context>) -> Result<Action> {
+    let started = Instant::now();
+    let ns = lock.namespace().ok_or(Error::MissingField("metadata.namespace"))?;
+    let name = lock.name_any();
+    let lease_api: Api<Lease> = Api::namespaced(ctx.client.clone(), &ns);
+    let pod_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let lock_api: Api<DistributedLock> = Api::namespaced(ctx.client.clone(), &ns);
+
+    let mut lock = (*lock).clone();
+    let mut lease_obj = ctx.leases.get(&ObjectRef::new(&name).within(&ns)).map(|l| (*l).clone());
+    if let Some(l) = &lease_obj
+        && !lease::is_owned_by(l, &lock)
+    {
+        return report_foreign_lease(&lock_api, &lock, &ctx).await;
+    }
+    let mut pods = pods_of(&ctx, &ns, &name);
+    let settings = Settings {
+        start_timeout: Duration::from_secs(lock.spec.start_timeout_seconds.max(1) as u64),
+        node_loss_timeout: Duration::from_secs(lock.spec.node_loss_timeout_seconds.max(1) as u64),
+    };
+    let mut fresh_reservation = None;
+    for _ in 0..MAX_STEPS {
+        let lease_view = lease_obj.as_ref().map(lease::view);
+        let status = lock.status.clone().unwrap_or_default();
+        let (pending_for, node_lost_for) = holder_clocks(&ctx, &lock, lease_view.as_ref(), &pods);
+        let plan = grant::decide(&Observation {
+            settings,
+            lease: lease_view.as_ref(),
+            pods: &pods,
+            ceiling: status.token_ceiling,
+            highest_token: status.highest_token,
+            fresh_reservation,
+            holder_pending_for: pending_for,
+            holder_node_lost_for: node_lost_for,
+        })?;
+        tracing::debug!(lock = %name, namespace = %ns, decision = ?plan.decision, "decided");
+        match plan.decision {
+            Decision::Reserve { from, to } => {
+                lock = reserve_tokens(&lock_api, &lock, to).await?;
+                fresh_reservation = Some(from);
+            }
+            Decision::CreateLease { holder, floor } => {
+                lease_obj = Some(lease::create(&lease_api, &lock, holder.as_ref(), floor).await?);
+                fresh_reservation = None;
+                if let Some(h) = holder {
+                    let note = format!("Lease was recreated; {} keeps holding with token {}", h.name, h.token);
+                    ctx.event(&lock.object_ref(&()), EventType::Warning, "LeaseRecreated", note, "Recreate").await;
+                }
+            }
+            Decision::UpdateLease { holder, released, floor } => {
+                let observed = lease_obj.as_ref().ok_or(Error::MissingField("Lease"))?;
+                let written = lease::update(&lease_api, &lock, observed, holder.as_ref(), floor)
+                    .await
+                    .inspect_err(|e| count_conflict(&ctx.metrics, e))?;
+                lease_obj = Some(written);
+                fresh_reservation = None;
+                if let Some(r) = &released {
+                    record_release(&ctx, &lock, r).await;
+                }
+                if let Some(g) = holder {
+                    ctx.metrics.grants.inc();
+                    if released.is_some() {
+                        ctx.metrics.handover.observe(started.elapsed().as_secs_f64());
+                    }
+                    tracing::info!(lock = %name, namespace = %ns, pod = %g.name, token = g.token, "granted");
+                    ctx.failpoint("exit-after-lease-grant");
+                    patch_holder(&ctx, &pod_api, &lock, &g, &mut pods).await?;
+                }
+            }
+            Decision::PatchPod(g) => {
+                tracing::info!(lock = %name, pod = %g.name, token = g.token, "finishing a grant recorded in the Lease");
+                patch_holder(&ctx, &pod_api, &lock, &g, &mut pods).await?;
+            }
+            Decision::DeletePod { name: pod_name, uid } => {
+                let dp = DeleteParams {
+                    preconditions: Some(Preconditions { uid: Some(uid.clone()), resource_version: None }),
+                    ..DeleteParams::default()
+                };
+                match call("delete Pod", pod_api.delete(&pod_name, &dp)).await {
+                    Ok(_) => {}
+                    Err(e) if e.is_not_found() || e.is_conflict() => {}
+                    Err(e) => return Err(e),
+                }
+                Metrics::inc(&ctx.metrics.reclaims, "StartTimeout");
+                let note = format!(
+                    "{pod_name} was granted the lock but did not start within {} s; deleting it so the next waiter can hold the lock once it is gone",
+                    lock.spec.start_timeout_seconds
+                );
+                ctx.event(&lock.object_ref(&()), EventType::Warning, "StartTimeout", note, "Reclaim").await;
+                if let Some(p) = pods.iter_mut().find(|p| p.uid == uid) {
+                    p.deleting = true;
+                }
+            }
+            Decision::Idle { requeue_after } => {
+                write_status(&lock_api, &lock, lease_obj.as_ref(), &plan.holder, &plan.waiters, &ctx).await?;
+                return Ok(match requeue_after {
+                    Some(d) => Action::requeue(d + Duration::from_millis(50)),
+                    None => Action::await_change(),
+                });
+            }
+        }
+    }
+    // Not settled: let the controller run again on the events our own writes caused.
+    Ok(Action::requeue(Duration::from_millis(100)))
+}
+
+/// Requeues after an error, counts it, and leaves a Warning Event for anything but conflicts.
+pub fn error_policy(lock: Arc<DistributedLock>, error: &Error, ctx: Arc<Context>) -> Action {
+    Metrics::inc(&ctx.metrics.reconcile_errors, error.reason());
+    if !error.is_conflict() {
+        tracing::warn!(lock = %lock.name_any(), error = %error, "reconcile failed");
+        let ctx2 = ctx.clone();
+        let r = lock.object_ref(&());
+        let note = error.to_string();
+        let reason = error.reason();
+        tokio::spawn(async move { ctx2.event(&r, EventType::Warning, reason, note, "Reconcile").await });
+    }
+    backoff_for(error)
+}
+
+fn count_conflict(m: &Metrics, e: &Error) {
+    if e.is_conflict() {
+        m.conflicts.inc();
+    }
+}
+
+/// Pods in `ns` whose `leasehold.dev/lock` annotation names `lock`.
+fn pods_of(ctx: &Context, ns: &str, lock: &str) -> Vec<PodView> {
+    ctx.pods
+        .state()
+        .iter()
+        .filter(|p| p.namespace().as_deref() == Some(ns))
+        .filter(|p| p.annotations().get(LOCK_ANNOTATION).map(|v| v.trim()) == Some(lock))
+        .filter_map(|p| pod_view(p))
+        .collect()
+}
+
+/// The decision's view of a pod; `None` for pods without name/uid/creationTimestamp.
+pub fn pod_view(p: &Pod) -> Option<PodView> {
+    let spec = p.spec.as_ref();
+    Some(PodView {
+        name: p.metadata.name.clone()?,
+        uid: p.metadata.uid.clone()?,
+        created: p.metadata.creation_timestamp.as_ref()?.0,
+        gated: spec
+            .and_then(|s| s.scheduling_gates.as_ref())
+            .is_some_and(|g| g.iter().any(|g| g.name == SCHEDULING_GATE)),
+        node_name: spec.and_then(|s| s.node_name.clone()).filter(|n| !n.is_empty()),
+        phase: Phase::parse(p.status.as_ref().and_then(|s| s.phase.as_deref())),
+        deleting: p.metadata.deletion_timestamp.is_some(),
+        token: p.annotations().get(TOKEN_ANNOTATION).and_then(|t| parse_token(t)),
+    })
+}
+
+/// Durations on this process's monotonic clock: how long the current holder has been Pending
+/// since this process first saw the grant, and how long its node has been seen not Ready.
+fn holder_clocks(
+    ctx: &Context,
+    lock: &DistributedLock,
+    lease: Option<&grant::LeaseView>,
+    pods: &[PodView],
+) -> (Option<Duration>, Option<Duration>) {
+    let lock_uid = lock.uid().unwrap_or_default();
+    let holder = lease
+        .and_then(|l| l.holder.as_ref())
+        .and_then(|h| pods.iter().find(|p| p.name == h.name && Some(&p.uid) == h.uid.as_ref()));
+    let Some(pod) = holder else {
+        ctx.holder_clock.lock().unwrap_or_else(|e| e.into_inner()).remove(&lock_uid);
+        return (None, None);
+    };
+    let now = Instant::now();
+    let since = {
+        let mut clocks = ctx.holder_clock.lock().unwrap_or_else(|e| e.into_inner());
+        let entry = clocks.entry(lock_uid).or_insert_with(|| (pod.uid.clone(), now));
+        if entry.0 != pod.uid {
+            *entry = (pod.uid.clone(), now);
+        }
+        entry.1
+    };
+    let pending_for = (pod.phase == Phase::Pending).then(|| now.duration_since(since));
+    let node_lost_for = pod.node_name.as_ref().and_then(|n| node_lost_for(ctx, n, now));
+    (pending_for, node_lost_for)
+}
+
+fn node_lost_for(ctx: &Context, node: &str, now: Instant) -> Option<Duration> {
+    let ready = ctx.nodes.get(&ObjectRef::new(node)).is_some_and(|n| {
+        n.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
+            .is_some_and(|c| c.status == "True")
+    });
+    let mut clocks = ctx.node_clock.lock().unwrap_or_else(|e| e.into_inner());
+    if ready {
+        clocks.remove(node);
+        None
+    } else {
+        Some(now.duration_since(*clocks.entry(node.to_string()).or_insert(now)))
+    }
+}
+
+/// Raises `status.tokenCeiling` with the lock's resourceVersion as precondition.
+async fn reserve_tokens(api: &Api<DistributedLock>, lock: &DistributedLock, to: i64) -> Result<DistributedLock> {
+    let patch = json!({
+        "metadata": { "resourceVersion": lock.resource_version() },
+        "status": { "tokenCeiling": to },
+    });
+    call("reserve fencing tokens", api.patch_status(&lock.name_any(), &PatchParams::default(), &Patch::Merge(&patch)))
+        .await
+}
+
+/// Second write of a grant: the token annotation and the removal of the scheduling gate, with
+/// the pod's UID as precondition (a new pod with the same name is never ungated by mistake).
+async fn patch_holder(ctx: &Context, api: &Api<Pod>, lock: &DistributedLock, g: &Grant, pods: &mut [PodView]) -> Result<()> {
+    let patch = json!({
+        "metadata": { "uid": g.uid, "annotations": { TOKEN_ANNOTATION: g.token.to_string() } },
+        "spec": { "schedulingGates": [ { "$patch": "delete", "name": SCHEDULING_GATE } ] },
+    });
+    let pod = call("patch Pod", api.patch(&g.name, &PatchParams::default(), &Patch::Strategic(&patch))).await?;
+    if let Some(p) = pods.iter_mut().find(|p| p.uid == g.uid) {
+        p.gated = false;
+        p.token = Some(g.token);
+    }
+    let note = format!("{} holds the lock with fencing token {}", g.name, g.token);
+    ctx.event(&lock.object_ref(&()), EventType::Normal, "Granted", note.clone(), "Grant").await;
+    ctx.event(&super::pod_ref(&pod), EventType::Normal, "LockGranted", format!("lock {}: {note}", lock.name_any()), "Grant")
+        .await;
+    Ok(())
+}
+
+async fn record_release(ctx: &Context, lock: &DistributedLock, r: &Release) {
+    let reason = r.reason.as_str();
+    Metrics::inc(&ctx.metrics.releases, reason);
+    if r.reason == grant::ReleaseReason::NodeLost {
+        Metrics::inc(&ctx.metrics.reclaims, reason);
+    }
+    let type_ = if r.reason == grant::ReleaseReason::NodeLost { EventType::Warning } else { EventType::Normal };
+    let note = format!("{} released the lock (token {}): {reason}", r.name, r.token);
+    tracing::info!(lock = %lock.name_any(), pod = %r.name, token = r.token, reason, "released");
+    ctx.event(&lock.object_ref(&()), type_, "Released", note, "Release").await;
+}
+
+/// Writes the status view when it changed (no write when nothing changed: 0 writes when idle).
+async fn write_status(
+    api: &Api<DistributedLock>,
+    lock: &DistributedLock,
+    lease: Option<&Lease>,
+    holder: &Option<Grant>,
+    waiters: &[String],
+    ctx: &Context,
+) -> Result<()> {
+    let old = lock.status.clone().unwrap_or_default();
+    let lease_token = lease.map(|l| lease::view(l).token).unwrap_or(0);
+    let since = lease.and_then(|l| l.spec.as_ref()?.acquire_time.as_ref()).map(|t| k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(t.0));
+    let holder_status = holder.as_ref().map(|g| HolderStatus {
+        name: g.name.clone(),
+        uid: Some(g.uid.clone()),
+        token: g.token,
+        since: old.holder.as_ref().filter(|h| h.uid.as_deref() == Some(&g.uid)).and_then(|h| h.since.clone()).or(since),
+    });
+    let mut new = DistributedLockStatus {
+        holder: holder_status,
+        highest_token: old.highest_token.max(lease_token),
+        token_ceiling: old.token_ceiling,
+        waiting: waiters.len() as i32,
+        waiters: waiters.iter().take(STATUS_WAITERS).cloned().collect(),
+        lease_name: lease.map(|l| l.name_any()),
+        observed_generation: lock.meta().generation,
+        conditions: old.conditions.clone(),
+    };
+    let gen_ = lock.meta().generation;
+    let now = Timestamp::now();
+    condition::set(&mut new.conditions, condition::READY, true, reason::RECONCILED, "Lease is in sync", gen_, now);
+    match holder {
+        Some(g) => condition::set(&mut new.conditions, condition::HELD, true, reason::GRANTED, &format!("held by {} with token {}", g.name, g.token), gen_, now),
+        None => condition::set(&mut new.conditions, condition::HELD, false, reason::FREE, "nobody holds the lock", gen_, now),
+    };
+    ctx.metrics.set_lock_state(&format!("{}/{}", lock.namespace().unwrap_or_default(), lock.name_any()), Some((holder.is_some(), waiters.len() as i64)));
+    if new == old {
+        return Ok(());
+    }
+    patch_status_view(api, lock, &new).await
+}
+
+/// Merge-patches every status field except `tokenCeiling`, which only [`reserve_tokens`] moves.
+async fn patch_status_view(api: &Api<DistributedLock>, lock: &DistributedLock, status: &DistributedLockStatus) -> Result<()> {
+    let mut value = serde_json::to_value(status).map_err(|_| Error::MissingField("status"))?;
+    if let Some(obj) = value.as_object_mut() {
+        obj.remove("tokenCeiling");
+        for key in ["holder", "waiters", "leaseName"] {
+            obj.entry(key).or_insert(serde_json::Value::Null);
+        }
+    }
+    let patch = json!({ "status": value });
+    call("patch DistributedLock status", api.patch_status(&lock.name_any(), &PatchParams::default(), &Patch::Merge(&patch)))
+        .await
+        .map(|_| ())
+}
+
+async fn report_foreign_lease(api: &Api<DistributedLock>, lock: &DistributedLock, ctx: &Context) -> Result<Action> {
+    let err = Error::LeaseNotOwned(lock.name_any());
+    let mut status = lock.status.clone().unwrap_or_default();
+    let changed = condition::set(
+        &mut status.conditions,
+        condition::READY,
+        false,
+        reason::LEASE_NOT_OWNED,
+        &err.to_string(),
+        lock.meta().generation,
+        Timestamp::now(),
+    );
+    if changed {
+        ctx.event(&lock.object_ref(&()), EventType::Warning, reason::LEASE_NOT_OWNED, err.to_string(), "Reconcile").await;
+        patch_status_view(api, lock, &status).await?;
+    }
+    Ok(Action::await_change())
+}

@@ -1,0 +1,210 @@
+//! The operator: shared watches on locks, Leases, pods and nodes; the lock controller that
+//! grants; the pod controller that explains why a pod is not served.
+
+mod distributed_lock;
+mod pod;
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::{StreamExt, future};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
+use kube::api::Api;
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, Resource, ResourceExt};
+use prometheus_client::registry::Registry;
+
+use crate::admin::{self, AdminState};
+use crate::cli::OperatorArgs;
+use crate::crd::DistributedLock;
+use crate::error::Error;
+use crate::lock::{LEASE_LABEL, LOCK_ANNOTATION};
+use crate::metrics::Metrics;
+
+/// Field manager / Event reporting controller name.
+pub const CONTROLLER_NAME: &str = "leasehold.dev/operator";
+
+/// Everything a reconcile needs: the client, the shared caches, and the operator's own clock.
+pub struct Context {
+    /// API client.
+    pub client: Client,
+    /// Every pod (in the served namespaces).
+    pub pods: Store<Pod>,
+    /// Leases labelled `leasehold.dev/lock`.
+    pub leases: Store<Lease>,
+    /// Nodes, to notice a holder's node that stopped reporting.
+    pub nodes: Store<Node>,
+    /// Event recorder.
+    pub recorder: Recorder,
+    /// Metrics.
+    pub metrics: Arc<Metrics>,
+    /// When this process first saw each lock's current holder granted: lock UID -> (holder pod
+    /// UID, instant). Monotonic clock, in memory: after a restart timeouts start over (later,
+    /// never earlier), as client-go's leader election does.
+    pub holder_clock: Mutex<HashMap<String, (String, Instant)>>,
+    /// When this process first saw each node not Ready (or missing): node name -> instant.
+    pub node_clock: Mutex<HashMap<String, Instant>>,
+    /// Test-only crash point (`LEASEHOLD_FAILPOINT`), see [`Context::failpoint`].
+    pub failpoint: Option<String>,
+}
+
+impl Context {
+    /// Aborts the process (as SIGKILL would stop it) when the env var `LEASEHOLD_FAILPOINT`
+    /// equals `name`. Used by end-to-end tests to kill the operator between two writes.
+    pub fn failpoint(&self, name: &str) {
+        if self.failpoint.as_deref() == Some(name) {
+            tracing::warn!(failpoint = name, "failpoint hit: aborting");
+            std::process::abort();
+        }
+    }
+
+    /// Publishes an Event about `reference`; failures are logged, never fatal.
+    pub async fn event(&self, reference: &ObjectReference, type_: EventType, reason: &str, note: String, action: &str) {
+        let ev = Event { type_, reason: reason.into(), note: Some(note), action: action.into(), secondary: None };
+        if let Err(e) = self.recorder.publish(&ev, reference).await {
+            tracing::warn!(error = %e, reason, "failed to publish event");
+        }
+    }
+}
+
+/// Object reference of a pod (for Events).
+pub fn pod_ref(pod: &Pod) -> ObjectReference {
+    pod.object_ref(&())
+}
+
+fn api<K>(client: &Client, ns: Option<&str>) -> Api<K>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+{
+    match ns {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+/// The lock a pod names, as a controller key.
+pub fn lock_of(pod: &Pod) -> Option<ObjectRef<DistributedLock>> {
+    let name = pod.annotations().get(LOCK_ANNOTATION)?;
+    Some(ObjectRef::new(name.trim()).within(&pod.namespace()?))
+}
+
+/// Runs the operator until SIGINT/SIGTERM.
+///
+/// # Errors
+/// Fails if no kubeconfig / in-cluster config is found or the admin address cannot be bound.
+pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
+    let client = Client::try_default().await?;
+    let ns = args.namespace.as_deref();
+    let mut registry = Registry::default();
+    let metrics = Arc::new(Metrics::new(&mut registry));
+    let admin_state = Arc::new(AdminState { ready: false.into(), registry });
+
+    let (pods, pod_writer) = reflector::store_shared::<Pod>(1024);
+    let (leases, lease_writer) = reflector::store_shared::<Lease>(256);
+    let (nodes, node_writer) = reflector::store_shared::<Node>(64);
+    let pods_for_locks = pod_writer.subscribe().expect("shared store");
+    let pods_for_pods = pod_writer.subscribe().expect("shared store");
+    let lease_events = lease_writer.subscribe().expect("shared store");
+    let node_events = node_writer.subscribe().expect("shared store");
+
+    spawn_watch("pods", watcher(api::<Pod>(&client, ns), watcher::Config::default()).default_backoff().reflect_shared(pod_writer));
+    spawn_watch(
+        "leases",
+        watcher(api::<Lease>(&client, ns), watcher::Config::default().labels(LEASE_LABEL)).default_backoff().reflect_shared(lease_writer),
+    );
+    spawn_watch("nodes", watcher(Api::<Node>::all(client.clone()), watcher::Config::default()).default_backoff().reflect_shared(node_writer));
+
+    let reporter = Reporter { controller: CONTROLLER_NAME.into(), instance: Some(args.instance.clone()) };
+    let ctx = Arc::new(Context {
+        client: client.clone(),
+        pods: pods.clone(),
+        leases: leases.clone(),
+        nodes: nodes.clone(),
+        recorder: Recorder::new(client.clone(), reporter),
+        metrics: metrics.clone(),
+        holder_clock: Mutex::default(),
+        node_clock: Mutex::default(),
+        failpoint: std::env::var("LEASEHOLD_FAILPOINT").ok(),
+    });
+
+    let lock_api = api::<DistributedLock>(&client, ns);
+    let lock_ctrl = Controller::new(lock_api, watcher::Config::default());
+    let locks = lock_ctrl.store();
+    let pods_for_nodes = pods.clone();
+    let lock_ctrl = lock_ctrl
+        .owns_shared_stream(lease_events)
+        .watches_shared_stream(pods_for_locks, |pod: Arc<Pod>| lock_of(&pod))
+        .watches_shared_stream(node_events, move |node: Arc<Node>| {
+            // Locks whose holder runs on this node (holders carry the token annotation).
+            let name = node.name_any();
+            pods_for_nodes
+                .state()
+                .into_iter()
+                .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(name.as_str()))
+                .filter(|p| p.annotations().contains_key(crate::lock::TOKEN_ANNOTATION))
+                .filter_map(|p| lock_of(&p))
+                .collect::<Vec<_>>()
+        })
+        .shutdown_on_signal();
+
+    let pod_ctrl = Controller::for_shared_stream(pods_for_pods, pods.clone()).shutdown_on_signal();
+
+    let admin = tokio::spawn(admin::serve(args.admin_addr, admin_state.clone()));
+    // Serve only once every cache is complete: a decision on a partial pod list could miss the
+    // holder and grant a second pod.
+    let (p, l, n) = (pods.clone(), leases.clone(), nodes.clone());
+    let ready = admin_state.clone();
+    let locks_ready = locks.clone();
+    tokio::spawn(async move {
+        let _ = tokio::join!(p.wait_until_ready(), l.wait_until_ready(), n.wait_until_ready(), locks_ready.wait_until_ready());
+        ready.ready.store(true, Ordering::Relaxed);
+        tracing::info!("all caches synced; ready");
+    });
+    let _ = tokio::join!(pods.wait_until_ready(), leases.wait_until_ready(), nodes.wait_until_ready());
+    tracing::info!(namespace = ns.unwrap_or("<all>"), "starting controllers");
+
+    let lock_ctx = ctx.clone();
+    let locks_for_pods = locks.clone();
+    let lock_loop = lock_ctrl
+        .run(distributed_lock::reconcile, distributed_lock::error_policy, lock_ctx)
+        .for_each(|r| {
+            if let Err(e) = r {
+                tracing::debug!(error = %e, "lock reconcile failed");
+            }
+            future::ready(())
+        });
+    let pod_ctx = Arc::new(pod::PodContext { ctx: ctx.clone(), locks: locks_for_pods, warned: Mutex::default() });
+    let pod_loop = pod_ctrl.run(pod::reconcile, pod::error_policy, pod_ctx).for_each(|_| future::ready(()));
+    tokio::select! {
+        _ = futures::future::join(lock_loop, pod_loop) => {}
+        r = admin => { r??; }
+    }
+    tracing::info!("shut down");
+    Ok(())
+}
+
+/// Drives a reflector stream on its own task, logging watch errors (the backoff retries them).
+fn spawn_watch<T>(what: &'static str, stream: impl futures::Stream<Item = Result<T, watcher::Error>> + Send + 'static) {
+    tokio::spawn(stream.for_each(move |r| {
+        if let Err(e) = r {
+            tracing::warn!(error = %e, what, "watch error (retrying)");
+        }
+        future::ready(())
+    }));
+}
+
+/// Requeue delay after an error: quick for conflicts (someone else wrote first; re-observe), slow
+/// for everything else.
+pub fn backoff_for(error: &Error) -> Action {
+    if error.is_conflict() || error.is_not_found() {
+        Action::requeue(Duration::from_millis(200))
+    } else {
+        Action::requeue(Duration::from_secs(5))
+    }
+}

@@ -1,0 +1,169 @@
+//! `coordination.k8s.io/v1` Lease I/O for one lock: read the grant state out of a Lease, create
+//! it, and compare-and-swap it to a new holder.
+//!
+//! The Lease is the source of truth for who holds a lock. Its fields:
+//! - `spec.holderIdentity`: the holder pod's name (absent when free);
+//! - `spec.acquireTime` / `spec.renewTime`: when the grant was written (operator's wall clock,
+//!   informational: expiry is never decided by comparing these with a clock);
+//! - `spec.leaseDurationSeconds`: the lock's `spec.leaseDurationSeconds`;
+//! - annotations `leasehold.dev/holder-uid`, `leasehold.dev/fencing-token`,
+//!   `leasehold.dev/token-floor` (see [`crate::lock::fencing`]);
+//! - label `leasehold.dev/lock: <lock name>` and a controller ownerReference to the lock, so
+//!   deleting the lock deletes the Lease.
+//!
+//! Every update is a `PUT` carrying the resourceVersion of the Lease the decision was made from
+//! (optimistic concurrency, Kubernetes API conventions "Concurrency Control and Consistency"),
+//! so a stale decision gets HTTP 409 instead of overwriting a newer grant.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, PostParams};
+use kube::{Resource, ResourceExt};
+
+use crate::crd::DistributedLock;
+use crate::error::{Error, Result, call};
+use crate::lock::fencing::parse_token;
+use crate::lock::grant::{Grant, Holder, LeaseView};
+use crate::lock::{HOLDER_UID_ANNOTATION, LEASE_LABEL, TOKEN_ANNOTATION, TOKEN_FLOOR_ANNOTATION};
+
+/// Reads the grant state from a Lease. Never fails: unreadable annotations make the view
+/// untrusted ([`LeaseView::trusted`] = false), which the decision handles by re-flooring.
+pub fn view(lease: &Lease) -> LeaseView {
+    let ann = lease.annotations();
+    let spec = lease.spec.as_ref();
+    let holder = spec.and_then(|s| s.holder_identity.clone()).filter(|h| !h.is_empty()).map(|name| Holder {
+        name,
+        uid: ann.get(HOLDER_UID_ANNOTATION).cloned(),
+    });
+    let token = ann.get(TOKEN_ANNOTATION).map(|v| parse_token(v));
+    let floor = ann.get(TOKEN_FLOOR_ANNOTATION).map(|v| v.trim().parse::<i64>().ok().filter(|f| *f >= 0));
+    let trusted = matches!(floor, Some(Some(_)))
+        && !matches!(token, Some(None))
+        && (holder.is_none() || matches!(token, Some(Some(_))));
+    LeaseView {
+        holder,
+        token: token.flatten().unwrap_or(0),
+        floor: floor.flatten().unwrap_or(0),
+        trusted,
+    }
+}
+
+/// Whether `lease` is controlled by `lock` (ownerReference with the lock's UID).
+pub fn is_owned_by(lease: &Lease, lock: &DistributedLock) -> bool {
+    let uid = lock.meta().uid.as_deref();
+    lease.owner_references().iter().any(|o| o.controller == Some(true) && Some(o.uid.as_str()) == uid)
+}
+
+/// Creates the lock's Lease (same name and namespace as the lock).
+///
+/// # Errors
+/// [`Error::Kube`] with 409 if it already exists (someone else created it: re-observe).
+pub async fn create(api: &Api<Lease>, lock: &DistributedLock, holder: Option<&Grant>, floor: i64) -> Result<Lease> {
+    let owner = lock.controller_owner_ref(&()).ok_or(Error::MissingField("metadata.uid"))?;
+    let mut lease = Lease {
+        metadata: ObjectMeta {
+            name: Some(lock.name_any()),
+            namespace: lock.namespace(),
+            labels: Some(BTreeMap::from([(LEASE_LABEL.to_string(), lock.name_any())])),
+            owner_references: Some(vec![owner]),
+            ..ObjectMeta::default()
+        },
+        spec: Some(LeaseSpec::default()),
+    };
+    apply_grant(&mut lease, lock, holder, Some(floor), None, Timestamp::now());
+    call("create Lease", api.create(&PostParams::default(), &lease)).await
+}
+
+/// Compare-and-swaps `observed` (with its resourceVersion) to `holder` (or to free).
+/// `floor` re-floors a hand-edited Lease. `token_if_free` keeps the last token when freeing.
+///
+/// # Errors
+/// [`Error::Kube`] with 409 when the Lease changed since it was observed; 404 when it is gone.
+pub async fn update(
+    api: &Api<Lease>,
+    lock: &DistributedLock,
+    observed: &Lease,
+    holder: Option<&Grant>,
+    floor: Option<i64>,
+) -> Result<Lease> {
+    let mut lease = observed.clone();
+    let last_token = view(observed).token;
+    apply_grant(&mut lease, lock, holder, floor, Some(last_token), Timestamp::now());
+    call("update Lease", api.replace(&lease.name_any(), &PostParams::default(), &lease)).await
+}
+
+fn apply_grant(
+    lease: &mut Lease,
+    lock: &DistributedLock,
+    holder: Option<&Grant>,
+    floor: Option<i64>,
+    last_token: Option<i64>,
+    now: Timestamp,
+) {
+    let ann = lease.metadata.annotations.get_or_insert_with(BTreeMap::new);
+    if let Some(f) = floor {
+        ann.insert(TOKEN_FLOOR_ANNOTATION.into(), f.to_string());
+    }
+    match holder {
+        Some(g) => {
+            ann.insert(HOLDER_UID_ANNOTATION.into(), g.uid.clone());
+            ann.insert(TOKEN_ANNOTATION.into(), g.token.to_string());
+        }
+        None => {
+            ann.remove(HOLDER_UID_ANNOTATION);
+            if let Some(t) = last_token.filter(|t| *t > 0) {
+                ann.insert(TOKEN_ANNOTATION.into(), t.to_string());
+            }
+        }
+    }
+    let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
+    spec.lease_duration_seconds = Some(lock.spec.lease_duration_seconds);
+    let changed = spec.holder_identity.as_deref() != holder.map(|g| g.name.as_str());
+    spec.holder_identity = holder.map(|g| g.name.clone());
+    spec.acquire_time = holder.map(|_| MicroTime(now));
+    spec.renew_time = holder.map(|_| MicroTime(now));
+    if changed && holder.is_some() {
+        spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0).saturating_add(1));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lease_with(ann: &[(&str, &str)], holder: Option<&str>) -> Lease {
+        Lease {
+            metadata: ObjectMeta {
+                annotations: Some(ann.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
+                ..ObjectMeta::default()
+            },
+            spec: Some(LeaseSpec { holder_identity: holder.map(Into::into), ..LeaseSpec::default() }),
+        }
+    }
+
+    #[test]
+    fn view_reads_holder_token_and_floor() {
+        let l = lease_with(
+            &[(TOKEN_ANNOTATION, "7"), (TOKEN_FLOOR_ANNOTATION, "0"), (HOLDER_UID_ANNOTATION, "u1")],
+            Some("pod-a"),
+        );
+        let v = view(&l);
+        assert_eq!(v.holder, Some(Holder { name: "pod-a".into(), uid: Some("u1".into()) }));
+        assert_eq!((v.token, v.floor, v.trusted), (7, 0, true));
+    }
+
+    #[test]
+    fn hand_edited_leases_are_untrusted() {
+        // No floor at all (created by someone else).
+        assert!(!view(&lease_with(&[], None)).trusted);
+        // Garbage token.
+        assert!(!view(&lease_with(&[(TOKEN_ANNOTATION, "x"), (TOKEN_FLOOR_ANNOTATION, "0")], None)).trusted);
+        // A holder without a token.
+        assert!(!view(&lease_with(&[(TOKEN_FLOOR_ANNOTATION, "0")], Some("p"))).trusted);
+        // Fresh Lease before its first grant is fine.
+        assert!(view(&lease_with(&[(TOKEN_FLOOR_ANNOTATION, "10")], None)).trusted);
+    }
+}

@@ -1,0 +1,405 @@
+//! The grant decision: a pure function from what the operator observed to the next write.
+//!
+//! The controller calls [`decide`] with one snapshot (the Lease, the pods that name the lock, the
+//! lock's token ceiling, and durations measured on its own monotonic clock), applies the one
+//! [`Decision`] it returns, and repeats with the written objects until the decision is
+//! [`Decision::Idle`]. Every Lease write is a compare-and-swap on the resourceVersion of the
+//! snapshot the decision was made from, so a decision made on a stale snapshot fails with 409
+//! instead of producing a second holder.
+//!
+//! Release rules (why a holder stops holding):
+//! - its pod reached phase `Succeeded` or `Failed`, or the pod object is gone (or was replaced by
+//!   a new pod with the same name: UIDs differ). A pod that only has a `deletionTimestamp` may
+//!   still run its containers, so it still holds the lock;
+//! - it was granted but deleted before it could start (still gated, `deletionTimestamp` set:
+//!   kube-scheduler never binds a terminating pod);
+//! - its node has been NotReady, Unknown or missing for `nodeLossTimeoutSeconds`, measured from
+//!   when this operator first observed it so: the next holder gets a higher token.
+//!
+//! A holder that stays `Pending` for `startTimeoutSeconds` after the grant is deleted (its Job
+//! or ReplicaSet may replace it, and the replacement queues at the end); the lock is released
+//! when the pod is gone, like any other holder.
+
+use std::time::Duration;
+
+use k8s_openapi::jiff::Timestamp;
+
+use super::fencing::{self, TokenExhausted};
+use super::queue;
+
+/// Pod phase (`status.phase`), as far as grant decisions care.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Not started yet (includes unscheduled and gated pods).
+    Pending,
+    /// Bound and at least one container started.
+    Running,
+    /// All containers exited 0.
+    Succeeded,
+    /// All containers exited, at least one with an error.
+    Failed,
+    /// The node stopped reporting, or no phase was set.
+    Unknown,
+}
+
+impl Phase {
+    /// Maps the API's phase string; anything unexpected is [`Phase::Unknown`].
+    pub fn parse(phase: Option<&str>) -> Self {
+        match phase {
+            Some("Pending") => Phase::Pending,
+            Some("Running") => Phase::Running,
+            Some("Succeeded") => Phase::Succeeded,
+            Some("Failed") => Phase::Failed,
+            _ => Phase::Unknown,
+        }
+    }
+}
+
+/// What the decision needs to know about a pod that names the lock.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PodView {
+    /// `metadata.name`.
+    pub name: String,
+    /// `metadata.uid`.
+    pub uid: String,
+    /// `metadata.creationTimestamp`.
+    pub created: Timestamp,
+    /// `spec.schedulingGates` contains `leasehold.dev/lock`.
+    pub gated: bool,
+    /// `spec.nodeName`, once bound.
+    pub node_name: Option<String>,
+    /// `status.phase`.
+    pub phase: Phase,
+    /// `metadata.deletionTimestamp` is set.
+    pub deleting: bool,
+    /// The `leasehold.dev/fencing-token` annotation, if present and valid.
+    pub token: Option<i64>,
+}
+
+impl PodView {
+    /// Phase `Succeeded` or `Failed`: no container of this pod will run again.
+    pub fn is_terminal(&self) -> bool {
+        matches!(self.phase, Phase::Succeeded | Phase::Failed)
+    }
+
+    /// Whether the pod may be queued for a grant: gated by us, alive, not being deleted.
+    pub fn is_waiter(&self) -> bool {
+        self.gated && !self.deleting && !self.is_terminal()
+    }
+}
+
+impl queue::Waiter for PodView {
+    fn created(&self) -> Timestamp {
+        self.created
+    }
+    fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+/// What the decision needs to know about the lock's Lease.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct LeaseView {
+    /// `spec.holderIdentity` (pod name) with the `leasehold.dev/holder-uid` annotation.
+    pub holder: Option<Holder>,
+    /// `leasehold.dev/fencing-token`: the current (or last) grant's token; 0 before the first.
+    pub token: i64,
+    /// `leasehold.dev/token-floor`: every token issued before this Lease existed is <= floor.
+    pub floor: i64,
+    /// False when the token annotations are missing or unreadable although they should be there
+    /// (a hand-edited Lease): the next token then starts above a fresh reservation.
+    pub trusted: bool,
+}
+
+/// A holder as recorded in the Lease.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Holder {
+    /// Pod name.
+    pub name: String,
+    /// Pod UID; `None` if the annotation is missing (never matches a pod).
+    pub uid: Option<String>,
+}
+
+/// Timeouts from the lock's spec.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Settings {
+    /// `spec.startTimeoutSeconds`.
+    pub start_timeout: Duration,
+    /// `spec.nodeLossTimeoutSeconds`.
+    pub node_loss_timeout: Duration,
+}
+
+/// One consistent snapshot, plus durations measured on the operator's monotonic clock.
+#[derive(Clone, Debug)]
+pub struct Observation<'a> {
+    /// The lock's timeouts.
+    pub settings: Settings,
+    /// The Lease, `None` if it does not exist.
+    pub lease: Option<&'a LeaseView>,
+    /// Every pod in the lock's namespace whose `leasehold.dev/lock` annotation names the lock.
+    pub pods: &'a [PodView],
+    /// The lock's `status.tokenCeiling` as read.
+    pub ceiling: i64,
+    /// The lock's `status.highestToken` as read: a lower bound for the next token.
+    pub highest_token: i64,
+    /// `Some(c)` right after this reconcile raised the ceiling from `c` by compare-and-swap: a
+    /// Lease created (or re-floored) now may start at `c + 1`.
+    pub fresh_reservation: Option<i64>,
+    /// How long the current holder has been seen granted but still `Pending`.
+    pub holder_pending_for: Option<Duration>,
+    /// How long the current holder's node has been seen NotReady/Unknown/missing.
+    pub holder_node_lost_for: Option<Duration>,
+}
+
+/// A grant: this pod holds the lock with this token.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Grant {
+    /// Pod name.
+    pub name: String,
+    /// Pod UID.
+    pub uid: String,
+    /// Fencing token.
+    pub token: i64,
+}
+
+/// Why a holder stopped holding.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReleaseReason {
+    /// The pod reached phase Succeeded.
+    Succeeded,
+    /// The pod reached phase Failed.
+    Failed,
+    /// The pod object is gone (or its name now belongs to another pod).
+    Gone,
+    /// The pod was deleted before it was ungated and started.
+    DeletedBeforeStart,
+    /// The pod's node stopped reporting for longer than `nodeLossTimeoutSeconds`.
+    NodeLost,
+}
+
+impl ReleaseReason {
+    /// Stable PascalCase name, used in Events and metric labels.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReleaseReason::Succeeded => "HolderSucceeded",
+            ReleaseReason::Failed => "HolderFailed",
+            ReleaseReason::Gone => "HolderGone",
+            ReleaseReason::DeletedBeforeStart => "HolderDeletedBeforeStart",
+            ReleaseReason::NodeLost => "HolderNodeLost",
+        }
+    }
+}
+
+/// A release of the current holder.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Release {
+    /// Pod name as recorded in the Lease.
+    pub name: String,
+    /// Token of the released grant.
+    pub token: i64,
+    /// Why.
+    pub reason: ReleaseReason,
+}
+
+/// The one write to do next.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// Raise the lock's `status.tokenCeiling` from `from` to `to` by compare-and-swap, then decide
+    /// again with [`Observation::fresh_reservation`] = `Some(from)`.
+    Reserve {
+        /// The ceiling as read (the precondition).
+        from: i64,
+        /// The new ceiling.
+        to: i64,
+    },
+    /// Create the missing Lease. `holder` adopts a pod that still runs with a grant from the
+    /// deleted Lease; `floor` is the reserved ceiling every older token is at most.
+    CreateLease {
+        /// Adopted holder, if a granted pod is still running.
+        holder: Option<Grant>,
+        /// Value for `leasehold.dev/token-floor`.
+        floor: i64,
+    },
+    /// Compare-and-swap the Lease to a new holder (or to no holder).
+    UpdateLease {
+        /// The new holder; `None` leaves the lock free.
+        holder: Option<Grant>,
+        /// The release this write records, if a holder was holding.
+        released: Option<Release>,
+        /// New `leasehold.dev/token-floor`, when the Lease was hand-edited and is re-floored.
+        floor: Option<i64>,
+    },
+    /// The Lease names this grant but the pod is still gated or lacks the token: patch the pod
+    /// (remove the gate, set the token annotation). Happens after a crash between the two writes.
+    PatchPod(Grant),
+    /// Delete the holder pod: it stayed Pending longer than the start timeout.
+    DeletePod {
+        /// Pod name.
+        name: String,
+        /// Pod UID (delete precondition).
+        uid: String,
+    },
+    /// Nothing to write. Decide again after `requeue_after` (a timeout may fire) or on the next
+    /// watch event.
+    Idle {
+        /// When a start or node-loss timeout will expire.
+        requeue_after: Option<Duration>,
+    },
+}
+
+/// The decision plus what status shows.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Plan {
+    /// What to write next.
+    pub decision: Decision,
+    /// The current holder according to the Lease, if its pod still holds.
+    pub holder: Option<Grant>,
+    /// Waiting pods' names in grant order.
+    pub waiters: Vec<String>,
+}
+
+/// Why a holder is (or is not) still holding.
+enum HolderState {
+    Free,
+    Holds(Grant),
+    NeedsPatch(Grant),
+    StartTimedOut(Grant),
+    Released(Release),
+}
+
+/// Decides the next write for one lock from one snapshot.
+///
+/// # Errors
+/// [`TokenExhausted`] when the next token would not fit in an `int64`.
+pub fn decide(obs: &Observation<'_>) -> Result<Plan, TokenExhausted> {
+    let mut waiters: Vec<&PodView> = obs.pods.iter().filter(|p| p.is_waiter()).collect();
+    queue::sort(&mut waiters);
+
+    let Some(lease) = obs.lease else {
+        // The Lease is missing (new lock, or someone deleted it). Tokens issued under the old
+        // Lease are unknown here, so start above a ceiling this reconcile raised itself.
+        let decision = match obs.fresh_reservation {
+            None => reserve(obs.ceiling, obs.ceiling.saturating_add(1))?,
+            Some(floor) => {
+                let adopt = adoptable_holder(obs.pods);
+                if let Some(a) = &adopt {
+                    waiters.retain(|w| w.uid != a.uid);
+                }
+                Decision::CreateLease { holder: adopt, floor }
+            }
+        };
+        return Ok(Plan { decision, holder: None, waiters: names(&waiters) });
+    };
+
+    let released = match holder_state(obs, lease) {
+        HolderState::Free => None,
+        HolderState::Released(r) => Some(r),
+        HolderState::NeedsPatch(g) => return Ok(holding(g.clone(), Decision::PatchPod(g), waiters)),
+        HolderState::StartTimedOut(g) => {
+            let decision = Decision::DeletePod { name: g.name.clone(), uid: g.uid.clone() };
+            return Ok(holding(g, decision, waiters));
+        }
+        HolderState::Holds(g) => {
+            return Ok(holding(g, Decision::Idle { requeue_after: next_timeout(obs) }, waiters));
+        }
+    };
+
+    if !lease.trusted {
+        // Hand-edited Lease: re-floor above a fresh reservation before issuing anything.
+        let Some(floor) = obs.fresh_reservation else {
+            return Ok(Plan {
+                decision: reserve(obs.ceiling, obs.ceiling.saturating_add(1))?,
+                holder: None,
+                waiters: names(&waiters),
+            });
+        };
+        let next = waiters.first().map(|w| grant(w, fencing::next_token(0, floor))).transpose()?;
+        return Ok(Plan {
+            decision: Decision::UpdateLease { holder: next, released, floor: Some(floor) },
+            holder: None,
+            waiters: names(&waiters),
+        });
+    }
+
+    let decision = match waiters.first() {
+        Some(head) => {
+            let token = fencing::next_token(lease.token.max(obs.highest_token), lease.floor)?;
+            if fencing::needs_reservation(token, obs.ceiling) {
+                reserve(obs.ceiling, token)?
+            } else {
+                Decision::UpdateLease { holder: Some(grant(head, Ok(token))?), released, floor: None }
+            }
+        }
+        None if released.is_some() => Decision::UpdateLease { holder: None, released, floor: None },
+        None => Decision::Idle { requeue_after: None },
+    };
+    Ok(Plan { decision, holder: None, waiters: names(&waiters) })
+}
+
+/// A plan while `holder` keeps the lock: it is never listed among the waiters.
+fn holding(holder: Grant, decision: Decision, mut waiters: Vec<&PodView>) -> Plan {
+    waiters.retain(|w| w.uid != holder.uid);
+    Plan { decision, waiters: names(&waiters), holder: Some(holder) }
+}
+
+fn holder_state(obs: &Observation<'_>, lease: &LeaseView) -> HolderState {
+    let Some(h) = &lease.holder else { return HolderState::Free };
+    let release = |reason| HolderState::Released(Release { name: h.name.clone(), token: lease.token, reason });
+    let pod = obs.pods.iter().find(|p| p.name == h.name && Some(&p.uid) == h.uid.as_ref());
+    let Some(pod) = pod else { return release(ReleaseReason::Gone) };
+    match pod.phase {
+        Phase::Succeeded => return release(ReleaseReason::Succeeded),
+        Phase::Failed => return release(ReleaseReason::Failed),
+        _ => {}
+    }
+    if pod.gated && pod.deleting {
+        return release(ReleaseReason::DeletedBeforeStart);
+    }
+    let g = Grant { name: pod.name.clone(), uid: pod.uid.clone(), token: lease.token };
+    if pod.gated || pod.token != Some(lease.token) {
+        return HolderState::NeedsPatch(g);
+    }
+    if obs.holder_node_lost_for.is_some_and(|d| d >= obs.settings.node_loss_timeout) {
+        return release(ReleaseReason::NodeLost);
+    }
+    if pod.phase == Phase::Pending
+        && !pod.deleting
+        && obs.holder_pending_for.is_some_and(|d| d >= obs.settings.start_timeout)
+    {
+        return HolderState::StartTimedOut(g);
+    }
+    HolderState::Holds(g)
+}
+
+/// When the earliest running timeout (start or node loss) of the current holder expires.
+fn next_timeout(obs: &Observation<'_>) -> Option<Duration> {
+    let start = obs.holder_pending_for.map(|d| obs.settings.start_timeout.saturating_sub(d));
+    let node = obs.holder_node_lost_for.map(|d| obs.settings.node_loss_timeout.saturating_sub(d));
+    match (start, node) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// After a Lease was deleted: the still-running pod with the highest token keeps holding.
+fn adoptable_holder(pods: &[PodView]) -> Option<Grant> {
+    pods.iter()
+        .filter(|p| !p.gated && !p.is_terminal() && p.node_name.is_some())
+        .filter_map(|p| p.token.map(|t| Grant { name: p.name.clone(), uid: p.uid.clone(), token: t }))
+        .max_by_key(|g| g.token)
+}
+
+fn reserve(ceiling: i64, token: i64) -> Result<Decision, TokenExhausted> {
+    Ok(Decision::Reserve { from: ceiling, to: fencing::reserve(ceiling, token)? })
+}
+
+fn grant(pod: &PodView, token: Result<i64, TokenExhausted>) -> Result<Grant, TokenExhausted> {
+    Ok(Grant { name: pod.name.clone(), uid: pod.uid.clone(), token: token? })
+}
+
+fn names(waiters: &[&PodView]) -> Vec<String> {
+    waiters.iter().map(|w| w.name.clone()).collect()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,19 @@
+//! The pure lock domain: who holds next, which token, what to write. No I/O and no
+//! `kube::Client` in here; the controller observes, calls [`grant::decide`], and applies.
+
+pub mod fencing;
+pub mod grant;
+pub mod queue;
+
+/// Annotation on a pod that names the lock it asks for: `leasehold.dev/lock: <lock-name>`.
+pub const LOCK_ANNOTATION: &str = "leasehold.dev/lock";
+/// Scheduling gate (`spec.schedulingGates[].name`) that keeps a waiting pod from starting.
+pub const SCHEDULING_GATE: &str = "leasehold.dev/lock";
+/// Annotation the operator sets on a granted pod (and on the Lease): the decimal fencing token.
+pub const TOKEN_ANNOTATION: &str = "leasehold.dev/fencing-token";
+/// Lease annotation: UID of the holder pod, so a new pod with the same name is not the holder.
+pub const HOLDER_UID_ANNOTATION: &str = "leasehold.dev/holder-uid";
+/// Lease annotation: every token issued before the Lease was (re)created is <= this number.
+pub const TOKEN_FLOOR_ANNOTATION: &str = "leasehold.dev/token-floor";
+/// Label on every Lease the operator manages: the lock's name.
+pub const LEASE_LABEL: &str = "leasehold.dev/lock";
