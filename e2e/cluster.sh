@@ -317,13 +317,11 @@ EOF
   # plugins). --advertise-address: without it the apiserver looks for a default route and aborts
   # on machines that have none. --authorization-mode=RBAC: the Node authorizer is only useful with
   # real kubelets. Service-account issuer + signing key are mandatory since 1.20; the verifying
-  # key is the public half. --cert-dir is unused (serving cert given) but would default to
-  # /var/run/kubernetes.
+  # key is the public half. (No --cert-dir: it is ignored when --tls-cert-file is given.)
   start kube-apiserver "$bin/kube-apiserver" \
     --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
     --bind-address=127.0.0.1 --secure-port="$APISERVER_PORT" \
     --advertise-address=127.0.0.1 \
-    --cert-dir="$pki" \
     --tls-cert-file="$pki/apiserver.crt" --tls-private-key-file="$pki/apiserver.key" \
     --client-ca-file="$pki/ca.crt" \
     --authorization-mode=RBAC \

@@ -1,0 +1,346 @@
+//! Test support: the local control plane (started once per test run by `e2e/cluster.sh`), a
+//! namespace per test, operator processes, waits with timeouts, and a dump of the namespace's
+//! objects and events when a test fails.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::runtime::watcher;
+use kube::{Client, Config, ResourceExt};
+use leasehold::crd::DistributedLock;
+use leasehold::lock::{LOCK_ANNOTATION, SCHEDULING_GATE, TOKEN_ANNOTATION};
+use serde_json::json;
+use tokio::sync::OnceCell;
+
+/// Default timeout for waits.
+pub const WAIT: Duration = Duration::from_secs(60);
+
+static CLUSTER: OnceCell<PathBuf> = OnceCell::const_new();
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Starts (or reuses) the local control plane named `e2e` and installs the CRD. Returns the
+/// admin kubeconfig path. Runs once per test binary.
+pub async fn kubeconfig() -> PathBuf {
+    CLUSTER
+        .get_or_init(|| async {
+            let out = Command::new("bash")
+                .arg(repo().join("e2e/cluster.sh"))
+                .args(["up", "e2e"])
+                .stderr(Stdio::inherit())
+                .output()
+                .expect("run e2e/cluster.sh");
+            assert!(out.status.success(), "e2e/cluster.sh up e2e failed");
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            let line = stdout.lines().rev().find(|l| l.starts_with("export KUBECONFIG=")).expect("export line");
+            let path = PathBuf::from(line.trim_start_matches("export KUBECONFIG=").trim());
+            let client = client_for(&path).await;
+            install_crds(&client).await;
+            path
+        })
+        .await
+        .clone()
+}
+
+async fn client_for(path: &PathBuf) -> Client {
+    let kc = Kubeconfig::read_from(path).expect("read kubeconfig");
+    let cfg = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await.expect("kubeconfig");
+    Client::try_from(cfg).expect("client")
+}
+
+async fn install_crds(client: &Client) {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in leasehold::crd::all_crds() {
+        let name = crd.name_any();
+        api.patch(&name, &PatchParams::apply("leasehold-e2e").force(), &Patch::Apply(&crd)).await.expect("apply CRD");
+        let established = kube::runtime::wait::conditions::is_crd_established();
+        tokio::time::timeout(WAIT, kube::runtime::wait::await_condition(api.clone(), &name, established))
+            .await
+            .expect("CRD established in time")
+            .expect("watch CRD");
+    }
+}
+
+/// The path of the `kubectl` the harness built (for dumps and CLI checks).
+pub fn kubectl() -> PathBuf {
+    let out = Command::new("bash").arg(repo().join("e2e/harness/build.sh")).output().expect("build.sh");
+    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()).join("kubectl")
+}
+
+/// One test's world: a client, a fresh namespace, operators started for it.
+pub struct TestNs {
+    /// Admin client.
+    pub client: Client,
+    /// The test's namespace.
+    pub ns: String,
+    /// Admin kubeconfig.
+    pub kubeconfig: PathBuf,
+    operators: Vec<Operator>,
+}
+
+impl TestNs {
+    /// Creates namespace `lh-<name>-<random>` and waits for its `default` ServiceAccount.
+    pub async fn new(name: &str) -> TestNs {
+        let kubeconfig = kubeconfig().await;
+        let client = client_for(&kubeconfig).await;
+        let ns = format!("lh-{name}-{:x}", std::process::id() as u64 * 1000 + rand_suffix());
+        let nss: Api<Namespace> = Api::all(client.clone());
+        let obj: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap();
+        nss.create(&PostParams::default(), &obj).await.expect("create namespace");
+        let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), &ns);
+        wait_until("default ServiceAccount", WAIT, || async { sas.get_opt("default").await.ok().flatten().is_some() }).await;
+        TestNs { client, ns, kubeconfig, operators: vec![] }
+    }
+
+    /// Typed API in the test namespace.
+    pub fn api<K>(&self) -> Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+    {
+        Api::namespaced(self.client.clone(), &self.ns)
+    }
+
+    /// Starts an operator process serving only this namespace; `env` adds variables.
+    pub fn start_operator(&mut self, env: &[(&str, &str)]) -> usize {
+        let idx = self.operators.len();
+        self.operators.push(Operator::start(&self.kubeconfig, &self.ns, idx, env));
+        idx
+    }
+
+    /// Waits until operator `idx` has exited by itself.
+    pub async fn wait_operator_exit(&mut self, idx: usize) {
+        let op = &mut self.operators[idx];
+        wait_until("operator exit", WAIT, || {
+            let done = op.child.as_mut().map(|c| c.try_wait().ok().flatten().is_some()).unwrap_or(true);
+            async move { done }
+        })
+        .await;
+    }
+
+    /// Whether operator `idx` is still running.
+    pub fn operator_alive(&mut self, idx: usize) -> bool {
+        self.operators[idx].child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+
+    /// Creates a lock with the given spec.
+    pub async fn create_lock(&self, name: &str, spec: serde_json::Value) -> DistributedLock {
+        let lock: DistributedLock = serde_json::from_value(json!({
+            "apiVersion": "leasehold.dev/v1alpha1", "kind": "DistributedLock",
+            "metadata": {"name": name}, "spec": spec,
+        }))
+        .expect("lock object");
+        self.api::<DistributedLock>().create(&PostParams::default(), &lock).await.expect("create lock")
+    }
+
+    /// Creates a pod that waits for `lock` at the scheduling gate and, once running, finishes
+    /// after `run_for` (a Go duration, applied by the fake kubelet's stage config).
+    pub async fn create_gated_pod(&self, name: &str, lock: &str, run_for: &str) -> Pod {
+        self.create_pod(gated_pod(name, lock, run_for)).await
+    }
+
+    /// Creates any pod.
+    pub async fn create_pod(&self, pod: Pod) -> Pod {
+        self.api::<Pod>().create(&PostParams::default(), &pod).await.expect("create pod")
+    }
+
+    /// Deletes the namespace (everything in it goes with it).
+    pub async fn cleanup(self) {
+        let nss: Api<Namespace> = Api::all(self.client.clone());
+        let _ = nss.delete(&self.ns, &DeleteParams::default()).await;
+    }
+}
+
+impl Drop for TestNs {
+    fn drop(&mut self) {
+        for op in &mut self.operators {
+            op.kill();
+        }
+        if std::thread::panicking() {
+            eprintln!("==== test failed: objects and events in namespace {} ====", self.ns);
+            let kubectl = kubectl();
+            for args in [
+                vec!["get", "distributedlocks,leases,pods", "-o", "wide"],
+                vec!["get", "distributedlocks,leases", "-o", "yaml"],
+                vec!["get", "events", "--sort-by=.lastTimestamp"],
+            ] {
+                let _ = Command::new(&kubectl).env("KUBECONFIG", &self.kubeconfig).args(&args).args(["-n", &self.ns]).status();
+            }
+            for op in &self.operators {
+                eprintln!("==== operator log {} ====", op.log.display());
+                let _ = Command::new("tail").args(["-n", "60"]).arg(&op.log).status();
+            }
+        }
+    }
+}
+
+fn rand_suffix() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos() as u64;
+    (nanos % 1000) * 100 + N.fetch_add(1, Ordering::Relaxed)
+}
+
+/// An operator child process (the real `leasehold` binary), killed on drop.
+pub struct Operator {
+    child: Option<Child>,
+    /// Its log file.
+    pub log: PathBuf,
+}
+
+impl Operator {
+    fn start(kubeconfig: &PathBuf, ns: &str, idx: usize, env: &[(&str, &str)]) -> Operator {
+        let dir = repo().join("target/e2e-logs");
+        std::fs::create_dir_all(&dir).unwrap();
+        let log = dir.join(format!("{ns}-operator-{idx}.log"));
+        let file = std::fs::File::create(&log).unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_leasehold"));
+        cmd.args(["operator", "--namespace", ns, "--admin-addr", &format!("127.0.0.1:{port}")])
+            .args(["--instance", &format!("operator-{idx}")])
+            .env("KUBECONFIG", kubeconfig)
+            .env("RUST_LOG", "info,leasehold=debug")
+            .stdout(file.try_clone().unwrap())
+            .stderr(file);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        Operator { child: Some(cmd.spawn().expect("start operator")), log }
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Polls `cond` every 100 ms until it holds; panics with `what` after `timeout`.
+pub async fn wait_until<F, Fut>(what: &str, timeout: Duration, mut cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let start = Instant::now();
+    while !cond().await {
+        assert!(start.elapsed() < timeout, "timed out after {timeout:?} waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A pod that asks for `lock`, waits at the gate, and finishes `run_for` after it starts.
+pub fn gated_pod(name: &str, lock: &str, run_for: &str) -> Pod {
+    serde_json::from_value(json!({
+        "metadata": {
+            "name": name,
+            "annotations": {
+                LOCK_ANNOTATION: lock,
+                "pod-complete.stage.kwok.x-k8s.io/delay": run_for,
+            },
+        },
+        "spec": {
+            "schedulingGates": [{"name": SCHEDULING_GATE}],
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "main", "image": "busybox"}],
+        },
+    }))
+    .unwrap()
+}
+
+/// What a test observed about the pods of one namespace, from a watch: the order in which pods
+/// were ungated with their tokens, and every moment two pods held at once.
+#[derive(Default, Debug)]
+pub struct HolderLog {
+    /// (pod, token) in the order the pods were first seen ungated.
+    pub grants: Vec<(String, i64)>,
+    /// Descriptions of observed overlaps (two ungated, non-terminal pods at once).
+    pub overlaps: Vec<String>,
+    state: BTreeMap<String, bool>,
+}
+
+/// Watches the namespace's pods that name a lock and records [`HolderLog`].
+pub fn watch_holders(ns: &TestNs) -> Arc<Mutex<HolderLog>> {
+    let log = Arc::new(Mutex::new(HolderLog::default()));
+    let api: Api<Pod> = ns.api();
+    let log2 = log.clone();
+    tokio::spawn(async move {
+        let mut events = watcher(api, watcher::Config::default()).boxed();
+        while let Some(ev) = events.next().await {
+            let Ok(ev) = ev else { continue };
+            let mut log = log2.lock().unwrap();
+            match ev {
+                watcher::Event::Apply(p) | watcher::Event::InitApply(p) => record(&mut log, &p, false),
+                watcher::Event::Delete(p) => record(&mut log, &p, true),
+                _ => {}
+            }
+        }
+    });
+    log
+}
+
+fn record(log: &mut HolderLog, p: &Pod, deleted: bool) {
+    if !p.annotations().contains_key(LOCK_ANNOTATION) {
+        return;
+    }
+    let name = p.name_any();
+    let gated = p.spec.as_ref().and_then(|s| s.scheduling_gates.as_ref()).is_some_and(|g| !g.is_empty());
+    let phase = p.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_default();
+    let holding = !deleted && !gated && phase != "Succeeded" && phase != "Failed";
+    if holding && !log.grants.iter().any(|(n, _)| n == &name) {
+        let token = p.annotations().get(TOKEN_ANNOTATION).and_then(|t| t.parse().ok()).unwrap_or(-1);
+        log.grants.push((name.clone(), token));
+    }
+    log.state.insert(name, holding);
+    let holders: Vec<_> = log.state.iter().filter(|(_, h)| **h).map(|(n, _)| n.clone()).collect();
+    if holders.len() > 1 {
+        log.overlaps.push(format!("{holders:?}"));
+    }
+}
+
+/// Reads a pod's fencing token annotation.
+pub fn token_of(p: &Pod) -> Option<i64> {
+    p.annotations().get(TOKEN_ANNOTATION).and_then(|t| t.parse().ok())
+}
+
+/// Whether the pod still waits at our scheduling gate.
+pub fn is_gated(p: &Pod) -> bool {
+    p.spec.as_ref().and_then(|s| s.scheduling_gates.as_ref()).is_some_and(|g| g.iter().any(|g| g.name == SCHEDULING_GATE))
+}
+
+/// Waits until pod `name` exists and satisfies `cond`; returns it.
+pub async fn wait_pod(ns: &TestNs, name: &str, what: &str, cond: impl Fn(&Pod) -> bool) -> Pod {
+    let api: Api<Pod> = ns.api();
+    let found: Arc<Mutex<Option<Pod>>> = Arc::default();
+    wait_until(&format!("pod {name}: {what}"), WAIT, || {
+        let api = api.clone();
+        let found = found.clone();
+        let ok = |p: &Pod| cond(p);
+        let f = async move { api.get_opt(name).await.ok().flatten() };
+        async move {
+            match f.await {
+                Some(p) if ok(&p) => {
+                    *found.lock().unwrap() = Some(p);
+                    true
+                }
+                _ => false,
+            }
+        }
+    })
+    .await;
+    found.lock().unwrap().take().unwrap()
+}
+
+/// Pod phase.
+pub fn phase(p: &Pod) -> String {
+    p.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_default()
+}
