@@ -34,7 +34,7 @@ deadline=$((SECONDS + watch_for))
 while [ $SECONDS -lt $deadline ]; do
   echo "---- $(date +%T)"
   kubectl get dlock nightly-report
-  kubectl get pods -L job-name -o custom-columns='POD:.metadata.name,PHASE:.status.phase,GATED:.spec.schedulingGates[*].name,TOKEN:.metadata.annotations.leasehold\.dev/fencing-token'
+  kubectl get pods -o custom-columns='POD:.metadata.name,PHASE:.status.phase,GATED:.spec.schedulingGates[*].name,TOKEN:.metadata.annotations.leasehold\.dev/fencing-token'
   sleep 4
 done
 echo
