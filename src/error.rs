@@ -23,7 +23,9 @@ pub enum Error {
         seconds: u64,
     },
     /// The Lease named after the lock exists but is not controlled by the lock.
-    #[error("Lease {0} exists but is not controlled by this DistributedLock; rename the lock or delete the Lease")]
+    #[error(
+        "Lease {0} exists but is not controlled by this DistributedLock; rename the lock or delete the Lease"
+    )]
     LeaseNotOwned(String),
     /// Token arithmetic overflowed.
     #[error(transparent)]
@@ -74,6 +76,9 @@ pub async fn call<T>(
 ) -> Result<T> {
     match tokio::time::timeout(CALL_TIMEOUT, fut).await {
         Ok(r) => r.map_err(|source| Error::Kube { op, source }),
-        Err(_) => Err(Error::Timeout { op, seconds: CALL_TIMEOUT.as_secs() }),
+        Err(_) => Err(Error::Timeout {
+            op,
+            seconds: CALL_TIMEOUT.as_secs(),
+        }),
     }
 }

@@ -5,6 +5,7 @@
 //! scheduling gate `leasehold.dev/lock`; the operator grants the lock to one pod at a time, in
 //! FIFO order, and hands each holder a fencing token that grows with every grant.
 
+pub mod admin;
 pub mod cli;
 pub mod controller;
 pub mod crd;
@@ -12,7 +13,6 @@ pub mod error;
 pub mod lease;
 pub mod lock;
 pub mod metrics;
-pub mod admin;
 pub mod telemetry;
 
 pub use error::{Error, Result};

@@ -285,22 +285,40 @@ pub fn decide(obs: &Observation<'_>) -> Result<Plan, TokenExhausted> {
                 if let Some(a) = &adopt {
                     waiters.retain(|w| w.uid != a.uid);
                 }
-                Decision::CreateLease { holder: adopt, floor }
+                Decision::CreateLease {
+                    holder: adopt,
+                    floor,
+                }
             }
         };
-        return Ok(Plan { decision, holder: None, waiters: names(&waiters) });
+        return Ok(Plan {
+            decision,
+            holder: None,
+            waiters: names(&waiters),
+        });
     };
 
     let released = match holder_state(obs, lease) {
         HolderState::Free => None,
         HolderState::Released(r) => Some(r),
-        HolderState::NeedsPatch(g) => return Ok(holding(g.clone(), Decision::PatchPod(g), waiters)),
+        HolderState::NeedsPatch(g) => {
+            return Ok(holding(g.clone(), Decision::PatchPod(g), waiters));
+        }
         HolderState::StartTimedOut(g) => {
-            let decision = Decision::DeletePod { name: g.name.clone(), uid: g.uid.clone() };
+            let decision = Decision::DeletePod {
+                name: g.name.clone(),
+                uid: g.uid.clone(),
+            };
             return Ok(holding(g, decision, waiters));
         }
         HolderState::Holds(g) => {
-            return Ok(holding(g, Decision::Idle { requeue_after: next_timeout(obs) }, waiters));
+            return Ok(holding(
+                g,
+                Decision::Idle {
+                    requeue_after: next_timeout(obs),
+                },
+                waiters,
+            ));
         }
     };
 
@@ -313,9 +331,16 @@ pub fn decide(obs: &Observation<'_>) -> Result<Plan, TokenExhausted> {
                 waiters: names(&waiters),
             });
         };
-        let next = waiters.first().map(|w| grant(w, fencing::next_token(0, floor))).transpose()?;
+        let next = waiters
+            .first()
+            .map(|w| grant(w, fencing::next_token(0, floor)))
+            .transpose()?;
         return Ok(Plan {
-            decision: Decision::UpdateLease { holder: next, released, floor: Some(floor) },
+            decision: Decision::UpdateLease {
+                holder: next,
+                released,
+                floor: Some(floor),
+            },
             holder: None,
             waiters: names(&waiters),
         });
@@ -327,26 +352,57 @@ pub fn decide(obs: &Observation<'_>) -> Result<Plan, TokenExhausted> {
             if fencing::needs_reservation(token, obs.ceiling) {
                 reserve(obs.ceiling, token)?
             } else {
-                Decision::UpdateLease { holder: Some(grant(head, Ok(token))?), released, floor: None }
+                Decision::UpdateLease {
+                    holder: Some(grant(head, Ok(token))?),
+                    released,
+                    floor: None,
+                }
             }
         }
-        None if released.is_some() => Decision::UpdateLease { holder: None, released, floor: None },
-        None => Decision::Idle { requeue_after: None },
+        None if released.is_some() => Decision::UpdateLease {
+            holder: None,
+            released,
+            floor: None,
+        },
+        None => Decision::Idle {
+            requeue_after: None,
+        },
     };
-    Ok(Plan { decision, holder: None, waiters: names(&waiters) })
+    Ok(Plan {
+        decision,
+        holder: None,
+        waiters: names(&waiters),
+    })
 }
 
 /// A plan while `holder` keeps the lock: it is never listed among the waiters.
 fn holding(holder: Grant, decision: Decision, mut waiters: Vec<&PodView>) -> Plan {
     waiters.retain(|w| w.uid != holder.uid);
-    Plan { decision, waiters: names(&waiters), holder: Some(holder) }
+    Plan {
+        decision,
+        waiters: names(&waiters),
+        holder: Some(holder),
+    }
 }
 
 fn holder_state(obs: &Observation<'_>, lease: &LeaseView) -> HolderState {
-    let Some(h) = &lease.holder else { return HolderState::Free };
-    let release = |reason| HolderState::Released(Release { name: h.name.clone(), token: lease.token, reason });
-    let pod = obs.pods.iter().find(|p| p.name == h.name && Some(&p.uid) == h.uid.as_ref());
-    let Some(pod) = pod else { return release(ReleaseReason::Gone) };
+    let Some(h) = &lease.holder else {
+        return HolderState::Free;
+    };
+    let release = |reason| {
+        HolderState::Released(Release {
+            name: h.name.clone(),
+            token: lease.token,
+            reason,
+        })
+    };
+    let pod = obs
+        .pods
+        .iter()
+        .find(|p| p.name == h.name && Some(&p.uid) == h.uid.as_ref());
+    let Some(pod) = pod else {
+        return release(ReleaseReason::Gone);
+    };
     match pod.phase {
         Phase::Succeeded => return release(ReleaseReason::Succeeded),
         Phase::Failed => return release(ReleaseReason::Failed),
@@ -355,16 +411,25 @@ fn holder_state(obs: &Observation<'_>, lease: &LeaseView) -> HolderState {
     if pod.gated && pod.deleting {
         return release(ReleaseReason::DeletedBeforeStart);
     }
-    let g = Grant { name: pod.name.clone(), uid: pod.uid.clone(), token: lease.token };
+    let g = Grant {
+        name: pod.name.clone(),
+        uid: pod.uid.clone(),
+        token: lease.token,
+    };
     if pod.gated || pod.token != Some(lease.token) {
         return HolderState::NeedsPatch(g);
     }
-    if obs.holder_node_lost_for.is_some_and(|d| d >= obs.settings.node_loss_timeout) {
+    if obs
+        .holder_node_lost_for
+        .is_some_and(|d| d >= obs.settings.node_loss_timeout)
+    {
         return release(ReleaseReason::NodeLost);
     }
     if pod.phase == Phase::Pending
         && !pod.deleting
-        && obs.holder_pending_for.is_some_and(|d| d >= obs.settings.start_timeout)
+        && obs
+            .holder_pending_for
+            .is_some_and(|d| d >= obs.settings.start_timeout)
     {
         return HolderState::StartTimedOut(g);
     }
@@ -373,8 +438,12 @@ fn holder_state(obs: &Observation<'_>, lease: &LeaseView) -> HolderState {
 
 /// When the earliest running timeout (start or node loss) of the current holder expires.
 fn next_timeout(obs: &Observation<'_>) -> Option<Duration> {
-    let start = obs.holder_pending_for.map(|d| obs.settings.start_timeout.saturating_sub(d));
-    let node = obs.holder_node_lost_for.map(|d| obs.settings.node_loss_timeout.saturating_sub(d));
+    let start = obs
+        .holder_pending_for
+        .map(|d| obs.settings.start_timeout.saturating_sub(d));
+    let node = obs
+        .holder_node_lost_for
+        .map(|d| obs.settings.node_loss_timeout.saturating_sub(d));
     match (start, node) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
@@ -385,16 +454,29 @@ fn next_timeout(obs: &Observation<'_>) -> Option<Duration> {
 fn adoptable_holder(pods: &[PodView]) -> Option<Grant> {
     pods.iter()
         .filter(|p| !p.gated && !p.is_terminal() && p.node_name.is_some())
-        .filter_map(|p| p.token.map(|t| Grant { name: p.name.clone(), uid: p.uid.clone(), token: t }))
+        .filter_map(|p| {
+            p.token.map(|t| Grant {
+                name: p.name.clone(),
+                uid: p.uid.clone(),
+                token: t,
+            })
+        })
         .max_by_key(|g| g.token)
 }
 
 fn reserve(ceiling: i64, token: i64) -> Result<Decision, TokenExhausted> {
-    Ok(Decision::Reserve { from: ceiling, to: fencing::reserve(ceiling, token)? })
+    Ok(Decision::Reserve {
+        from: ceiling,
+        to: fencing::reserve(ceiling, token)?,
+    })
 }
 
 fn grant(pod: &PodView, token: Result<i64, TokenExhausted>) -> Result<Grant, TokenExhausted> {
-    Ok(Grant { name: pod.name.clone(), uid: pod.uid.clone(), token: token? })
+    Ok(Grant {
+        name: pod.name.clone(),
+        uid: pod.uid.clone(),
+        token: token?,
+    })
 }
 
 fn names(waiters: &[&PodView]) -> Vec<String> {
