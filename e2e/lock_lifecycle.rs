@@ -8,8 +8,7 @@ use leasehold::crd::DistributedLock;
 use serde_json::json;
 
 use crate::support::{
-    TestNs, WAIT, gated_pod, is_gated, phase, snapshot, token_of, wait_pod, wait_until,
-    watch_holders,
+    TestNs, WAIT, gated_pod, is_gated, phase, snapshot, token_of, wait_pod, wait_until, watch_holders,
 };
 
 #[tokio::test]
@@ -24,75 +23,40 @@ async fn gated_pods_get_the_lock_one_at_a_time_in_order_with_increasing_tokens()
     }
     ns.start_operator(&[]);
     let first = wait_pod(&ns, "first", "granted", |p| !is_gated(p)).await;
-    assert!(
-        token_of(&first).is_some(),
-        "granted pod carries the token annotation"
-    );
-    let second = wait_pod(&ns, "second", "still gated while first runs", |p| {
-        is_gated(p)
-    })
-    .await;
+    assert!(token_of(&first).is_some(), "granted pod carries the token annotation");
+    let second = wait_pod(&ns, "second", "still gated while first runs", |p| is_gated(p)).await;
     assert!(token_of(&second).is_none());
     wait_pod(&ns, "third", "Succeeded", |p| phase(p) == "Succeeded").await;
 
     let log = snapshot(&log);
-    assert!(
-        log.overlaps.is_empty(),
-        "two holders at once: {:?}",
-        log.overlaps
-    );
+    assert!(log.overlaps.is_empty(), "two holders at once: {:?}", log.overlaps);
     let order: Vec<&str> = log.grants.iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(order, ["first", "second", "third"], "FIFO grant order");
     let tokens: Vec<i64> = log.grants.iter().map(|(_, t)| *t).collect();
-    assert!(
-        tokens.windows(2).all(|w| w[0] < w[1]) && tokens[0] > 0,
-        "tokens strictly increase: {tokens:?}"
-    );
+    assert!(tokens.windows(2).all(|w| w[0] < w[1]) && tokens[0] > 0, "tokens strictly increase: {tokens:?}");
 
     // Status is a readable view of the Lease; the Lease records the last grant.
     let locks = ns.api::<DistributedLock>();
     wait_until("lock free in status", WAIT, || async {
-        locks
-            .get("report")
-            .await
-            .ok()
-            .and_then(|l| l.status)
-            .is_some_and(|s| s.holder.is_none() && s.waiting == 0)
+        locks.get("report").await.ok().and_then(|l| l.status).is_some_and(|s| s.holder.is_none() && s.waiting == 0)
     })
     .await;
     let status = locks.get("report").await.unwrap().status.unwrap();
     assert_eq!(status.highest_token, tokens[2]);
-    let ready = status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == "Ready")
-        .expect("Ready condition");
+    let ready = status.conditions.iter().find(|c| c.type_ == "Ready").expect("Ready condition");
     assert_eq!(ready.status, "True");
     let lease = ns.api::<Lease>().get("report").await.unwrap();
     assert_eq!(lease.spec.unwrap().holder_identity, None);
-    assert!(
-        lease
-            .metadata
-            .owner_references
-            .unwrap()
-            .iter()
-            .any(|o| o.kind == "DistributedLock")
-    );
+    assert!(lease.metadata.owner_references.unwrap().iter().any(|o| o.kind == "DistributedLock"));
 
     // Every grant and release is an Event on the lock.
-    let events = ns
-        .api::<Event>()
-        .list(&ListParams::default())
-        .await
-        .unwrap();
+    let events = ns.api::<Event>().list(&ListParams::default()).await.unwrap();
     let on_lock = |reason: &str| {
         events
             .items
             .iter()
             .filter(|e| e.reason.as_deref() == Some(reason))
-            .filter(|e| {
-                e.regarding.as_ref().and_then(|r| r.kind.as_deref()) == Some("DistributedLock")
-            })
+            .filter(|e| e.regarding.as_ref().and_then(|r| r.kind.as_deref()) == Some("DistributedLock"))
             .count()
     };
     assert_eq!(on_lock("Granted"), 3);
@@ -113,12 +77,7 @@ async fn status_shows_holder_and_ordered_waiters() {
     ns.create_gated_pod("c", "l", "1s").await;
     let locks = ns.api::<DistributedLock>();
     wait_until("status lists two waiters", WAIT, || async {
-        locks
-            .get("l")
-            .await
-            .ok()
-            .and_then(|l| l.status)
-            .is_some_and(|s| s.waiting == 2)
+        locks.get("l").await.ok().and_then(|l| l.status).is_some_and(|s| s.waiting == 2)
     })
     .await;
     let lock = locks.get("l").await.unwrap();
@@ -129,10 +88,7 @@ async fn status_shows_holder_and_ordered_waiters() {
     assert_eq!(s.waiters, ["b", "c"]);
     assert_eq!(s.observed_generation, lock.metadata.generation);
     let held = s.conditions.iter().find(|c| c.type_ == "Held").unwrap();
-    assert_eq!(
-        (held.status.as_str(), held.reason.as_str()),
-        ("True", "Granted")
-    );
+    assert_eq!((held.status.as_str(), held.reason.as_str()), ("True", "Granted"));
     ns.cleanup().await;
 }
 
@@ -143,11 +99,10 @@ async fn pod_naming_a_missing_lock_waits_with_a_warning_and_is_granted_once_it_e
     ns.create_gated_pod("early", "later", "1s").await;
     let events = ns.api::<Event>();
     wait_until("LockNotFound event", WAIT, || async {
-        events.list(&ListParams::default()).await.is_ok_and(|l| {
-            l.items
-                .iter()
-                .any(|e| e.reason.as_deref() == Some("LockNotFound"))
-        })
+        events
+            .list(&ListParams::default())
+            .await
+            .is_ok_and(|l| l.items.iter().any(|e| e.reason.as_deref() == Some("LockNotFound")))
     })
     .await;
     assert!(is_gated(&ns.api().get("early").await.unwrap()));
@@ -169,21 +124,17 @@ async fn pod_that_bypasses_the_scheduler_is_flagged_and_never_holds() {
     ns.create_pod(bypass).await;
     let events = ns.api::<Event>();
     wait_until("NotGateable event", WAIT, || async {
-        events.list(&ListParams::default()).await.is_ok_and(|l| {
-            l.items
-                .iter()
-                .any(|e| e.reason.as_deref() == Some("NotGateable"))
-        })
+        events
+            .list(&ListParams::default())
+            .await
+            .is_ok_and(|l| l.items.iter().any(|e| e.reason.as_deref() == Some("NotGateable")))
     })
     .await;
     // A gated pod still gets the lock: the bypassing pod does not count as a holder.
     ns.create_gated_pod("fair", "l", "600s").await;
     wait_pod(&ns, "fair", "granted", |p| !is_gated(p)).await;
     let lock = ns.api::<DistributedLock>().get("l").await.unwrap();
-    assert_ne!(
-        lock.status.and_then(|s| s.holder).map(|h| h.name),
-        Some("bypass".into())
-    );
+    assert_ne!(lock.status.and_then(|s| s.holder).map(|h| h.name), Some("bypass".into()));
     ns.cleanup().await;
 }
 
@@ -192,18 +143,9 @@ async fn invalid_specs_are_rejected_by_the_api_server_with_a_clear_message() {
     let ns = TestNs::new("invalid").await;
     let locks = ns.api::<DistributedLock>();
     for (spec, expect) in [
-        (
-            json!({"leaseDurationSeconds": 0}),
-            "greater than or equal to 1",
-        ),
-        (
-            json!({"startTimeoutSeconds": -5}),
-            "greater than or equal to 1",
-        ),
-        (
-            json!({"leaseDurationSeconds": 100000}),
-            "less than or equal to 3600",
-        ),
+        (json!({"leaseDurationSeconds": 0}), "greater than or equal to 1"),
+        (json!({"startTimeoutSeconds": -5}), "greater than or equal to 1"),
+        (json!({"leaseDurationSeconds": 100000}), "less than or equal to 3600"),
         (
             json!({"leaseDurationSeconds": 60, "nodeLossTimeoutSeconds": 30}),
             "nodeLossTimeoutSeconds must be at least leaseDurationSeconds",
@@ -217,19 +159,10 @@ async fn invalid_specs_are_rejected_by_the_api_server_with_a_clear_message() {
             Ok(l) => l,
             Err(e) => panic!("test object: {e}"),
         };
-        let err = locks
-            .create(&PostParams::default(), &lock)
-            .await
-            .expect_err("invalid spec must be rejected");
-        let kube::Error::Api(s) = err else {
-            panic!("expected API error")
-        };
+        let err = locks.create(&PostParams::default(), &lock).await.expect_err("invalid spec must be rejected");
+        let kube::Error::Api(s) = err else { panic!("expected API error") };
         assert_eq!(s.code, 422, "{s:?}");
-        assert!(
-            s.message.contains(expect),
-            "message {:?} should contain {expect:?}",
-            s.message
-        );
+        assert!(s.message.contains(expect), "message {:?} should contain {expect:?}", s.message);
     }
     // `spec: {}` is valid and defaulted by the API server.
     let ok = ns.create_lock("ok", json!({})).await;
@@ -243,38 +176,15 @@ async fn granted_pod_that_never_starts_is_reclaimed_after_the_start_timeout() {
     ns.create_lock("l", json!({"startTimeoutSeconds": 3})).await;
     ns.start_operator(&[]);
     let mut stuck = gated_pod("stuck", "l", "600s");
-    stuck.spec.as_mut().unwrap().node_selector =
-        Some([("no-such-node".to_string(), "x".to_string())].into());
+    stuck.spec.as_mut().unwrap().node_selector = Some([("no-such-node".to_string(), "x".to_string())].into());
     ns.create_pod(stuck).await;
     wait_pod(&ns, "stuck", "granted", |p| !is_gated(p)).await;
     tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
     ns.create_gated_pod("next", "l", "600s").await;
-    let next = wait_pod(
-        &ns,
-        "next",
-        "granted after the stuck pod is reclaimed",
-        |p| !is_gated(p),
-    )
-    .await;
-    assert!(
-        ns.api::<k8s_openapi::api::core::v1::Pod>()
-            .get_opt("stuck")
-            .await
-            .unwrap()
-            .is_none(),
-        "stuck pod deleted"
-    );
-    let events = ns
-        .api::<Event>()
-        .list(&ListParams::default())
-        .await
-        .unwrap();
-    assert!(
-        events
-            .items
-            .iter()
-            .any(|e| e.reason.as_deref() == Some("StartTimeout"))
-    );
+    let next = wait_pod(&ns, "next", "granted after the stuck pod is reclaimed", |p| !is_gated(p)).await;
+    assert!(ns.api::<k8s_openapi::api::core::v1::Pod>().get_opt("stuck").await.unwrap().is_none(), "stuck pod deleted");
+    let events = ns.api::<Event>().list(&ListParams::default()).await.unwrap();
+    assert!(events.items.iter().any(|e| e.reason.as_deref() == Some("StartTimeout")));
     assert!(token_of(&next).unwrap() > 1);
     ns.cleanup().await;
 }

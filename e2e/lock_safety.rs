@@ -10,14 +10,11 @@ use leasehold::lock::TOKEN_ANNOTATION;
 use serde_json::json;
 
 use crate::support::{
-    TestNs, WAIT, gated_pod, is_gated, phase, snapshot, token_of, wait_pod, wait_until,
-    watch_holders,
+    TestNs, WAIT, gated_pod, is_gated, phase, snapshot, token_of, wait_pod, wait_until, watch_holders,
 };
 
 fn lease_token(l: &Lease) -> Option<i64> {
-    l.annotations()
-        .get(TOKEN_ANNOTATION)
-        .and_then(|t| t.parse().ok())
+    l.annotations().get(TOKEN_ANNOTATION).and_then(|t| t.parse().ok())
 }
 
 #[tokio::test]
@@ -32,32 +29,18 @@ async fn operator_killed_between_lease_write_and_pod_patch_finishes_the_grant_on
     ns.wait_operator_exit(crashing).await;
     // The Lease names the holder, the pod was never patched.
     let lease = ns.api::<Lease>().get("l").await.unwrap();
-    assert_eq!(
-        lease.spec.as_ref().unwrap().holder_identity.as_deref(),
-        Some("a")
-    );
+    assert_eq!(lease.spec.as_ref().unwrap().holder_identity.as_deref(), Some("a"));
     let granted = lease_token(&lease).expect("token in Lease");
-    assert!(
-        is_gated(&ns.api::<Pod>().get("a").await.unwrap()),
-        "crashed before the pod patch"
-    );
+    assert!(is_gated(&ns.api::<Pod>().get("a").await.unwrap()), "crashed before the pod patch");
     assert!(is_gated(&ns.api::<Pod>().get("b").await.unwrap()));
 
     ns.start_operator(&[]);
     let a = wait_pod(&ns, "a", "grant finished from the Lease", |p| !is_gated(p)).await;
-    assert_eq!(
-        token_of(&a),
-        Some(granted),
-        "the restarted operator finishes the grant the Lease records"
-    );
+    assert_eq!(token_of(&a), Some(granted), "the restarted operator finishes the grant the Lease records");
     let b = wait_pod(&ns, "b", "granted after a", |p| phase(p) == "Succeeded").await;
     assert_eq!(token_of(&b), Some(granted + 1));
     let log = snapshot(&log);
-    assert!(
-        log.overlaps.is_empty(),
-        "two holders at once: {:?}",
-        log.overlaps
-    );
+    assert!(log.overlaps.is_empty(), "two holders at once: {:?}", log.overlaps);
     ns.cleanup().await;
 }
 
@@ -72,23 +55,13 @@ async fn two_operators_at_once_never_grant_twice() {
         ns.create_gated_pod(&format!("p{i}"), "l", "1s").await;
     }
     for i in 0..5 {
-        wait_pod(&ns, &format!("p{i}"), "Succeeded", |p| {
-            phase(p) == "Succeeded"
-        })
-        .await;
+        wait_pod(&ns, &format!("p{i}"), "Succeeded", |p| phase(p) == "Succeeded").await;
     }
     let log = snapshot(&log);
-    assert!(
-        log.overlaps.is_empty(),
-        "two holders at once: {:?}",
-        log.overlaps
-    );
+    assert!(log.overlaps.is_empty(), "two holders at once: {:?}", log.overlaps);
     assert_eq!(log.grants.len(), 5);
     let mut tokens: Vec<i64> = log.grants.iter().map(|(_, t)| *t).collect();
-    assert!(
-        tokens.windows(2).all(|w| w[0] < w[1]),
-        "tokens increase in grant order: {tokens:?}"
-    );
+    assert!(tokens.windows(2).all(|w| w[0] < w[1]), "tokens increase in grant order: {tokens:?}");
     tokens.dedup();
     assert_eq!(tokens.len(), 5, "no token issued twice");
     ns.cleanup().await;
@@ -100,10 +73,7 @@ async fn deleted_lease_is_recreated_and_tokens_continue_above_the_old_high_water
     ns.create_lock("l", json!({})).await;
     ns.start_operator(&[]);
     ns.create_gated_pod("a", "l", "600s").await;
-    let a = wait_pod(&ns, "a", "granted", |p| {
-        !is_gated(p) && phase(p) == "Running"
-    })
-    .await;
+    let a = wait_pod(&ns, "a", "granted", |p| !is_gated(p) && phase(p) == "Running").await;
     let a_token = token_of(&a).unwrap();
     tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
     ns.create_gated_pod("b", "l", "600s").await;
@@ -112,36 +82,17 @@ async fn deleted_lease_is_recreated_and_tokens_continue_above_the_old_high_water
     let old_uid = leases.get("l").await.unwrap().uid();
     leases.delete("l", &DeleteParams::default()).await.unwrap();
     wait_until("Lease recreated", WAIT, || async {
-        leases
-            .get_opt("l")
-            .await
-            .ok()
-            .flatten()
-            .is_some_and(|l| l.uid() != old_uid)
+        leases.get_opt("l").await.ok().flatten().is_some_and(|l| l.uid() != old_uid)
     })
     .await;
     let lease = leases.get("l").await.unwrap();
-    assert_eq!(
-        lease.spec.as_ref().unwrap().holder_identity.as_deref(),
-        Some("a"),
-        "running holder adopted"
-    );
-    assert!(
-        is_gated(&ns.api::<Pod>().get("b").await.unwrap()),
-        "no second holder while a runs"
-    );
+    assert_eq!(lease.spec.as_ref().unwrap().holder_identity.as_deref(), Some("a"), "running holder adopted");
+    assert!(is_gated(&ns.api::<Pod>().get("b").await.unwrap()), "no second holder while a runs");
 
     // a finishes (deleted; the fake kubelet removes it after its grace period): b takes over.
-    ns.api::<Pod>()
-        .delete("a", &DeleteParams::default())
-        .await
-        .unwrap();
+    ns.api::<Pod>().delete("a", &DeleteParams::default()).await.unwrap();
     let b = wait_pod(&ns, "b", "granted", |p| !is_gated(p)).await;
-    assert!(
-        token_of(&b).unwrap() > a_token,
-        "token {} must exceed the old {a_token}",
-        token_of(&b).unwrap()
-    );
+    assert!(token_of(&b).unwrap() > a_token, "token {} must exceed the old {a_token}", token_of(&b).unwrap());
     ns.cleanup().await;
 }
 
@@ -154,24 +105,15 @@ async fn lock_deleted_mid_grant_leaves_the_operator_serving_and_waiters_waiting(
     ns.create_gated_pod("a", "l", "600s").await;
     wait_pod(&ns, "a", "granted", |p| !is_gated(p)).await;
     ns.create_gated_pod("w", "l", "1s").await;
-    ns.api::<DistributedLock>()
-        .delete("l", &DeleteParams::default())
-        .await
-        .unwrap();
+    ns.api::<DistributedLock>().delete("l", &DeleteParams::default()).await.unwrap();
     // The Lease goes with the lock (ownerReference, garbage collector).
     let leases = ns.api::<Lease>();
-    wait_until("Lease garbage-collected", WAIT, || async {
-        leases.get_opt("l").await.ok().flatten().is_none()
-    })
-    .await;
+    wait_until("Lease garbage-collected", WAIT, || async { leases.get_opt("l").await.ok().flatten().is_none() }).await;
     // The operator still serves other locks.
     ns.create_gated_pod("o", "other", "1s").await;
     wait_pod(&ns, "o", "granted", |p| !is_gated(p)).await;
     assert!(ns.operator_alive(op), "operator must not crash");
-    assert!(
-        is_gated(&ns.api::<Pod>().get("w").await.unwrap()),
-        "waiter of a deleted lock stays gated"
-    );
+    assert!(is_gated(&ns.api::<Pod>().get("w").await.unwrap()), "waiter of a deleted lock stays gated");
     ns.cleanup().await;
 }
 
@@ -186,38 +128,19 @@ async fn holder_on_a_lost_node_is_replaced_with_a_higher_token_after_the_bound()
     }))
     .unwrap();
     nodes.create(&PostParams::default(), &node).await.unwrap();
-    ns.create_lock(
-        "l",
-        json!({"leaseDurationSeconds": 2, "nodeLossTimeoutSeconds": 4}),
-    )
-    .await;
+    ns.create_lock("l", json!({"leaseDurationSeconds": 2, "nodeLossTimeoutSeconds": 4})).await;
     ns.start_operator(&[]);
     let mut pinned = gated_pod("pinned", "l", "600s");
-    pinned.spec.as_mut().unwrap().node_selector =
-        Some([("lost-test".to_string(), ns.ns.clone())].into());
+    pinned.spec.as_mut().unwrap().node_selector = Some([("lost-test".to_string(), ns.ns.clone())].into());
     ns.create_pod(pinned).await;
-    let a = wait_pod(&ns, "pinned", "running on the test node", |p| {
-        phase(p) == "Running"
-    })
-    .await;
+    let a = wait_pod(&ns, "pinned", "running on the test node", |p| phase(p) == "Running").await;
     tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
     ns.create_gated_pod("next", "l", "600s").await;
     // The node disappears (its pod object stays until the pod garbage collector acts).
-    nodes
-        .delete(&node_name, &DeleteParams::default())
-        .await
-        .unwrap();
+    nodes.delete(&node_name, &DeleteParams::default()).await.unwrap();
     let next = wait_pod(&ns, "next", "granted after node loss", |p| !is_gated(p)).await;
     assert!(token_of(&next).unwrap() > token_of(&a).unwrap());
-    let events = ns
-        .api::<k8s_openapi::api::events::v1::Event>()
-        .list(&Default::default())
-        .await
-        .unwrap();
-    assert!(events.items.iter().any(|e| {
-        e.note
-            .as_deref()
-            .is_some_and(|n| n.contains("HolderNodeLost"))
-    }));
+    let events = ns.api::<k8s_openapi::api::events::v1::Event>().list(&Default::default()).await.unwrap();
+    assert!(events.items.iter().any(|e| { e.note.as_deref().is_some_and(|n| n.contains("HolderNodeLost")) }));
     ns.cleanup().await;
 }

@@ -42,11 +42,7 @@ pub async fn kubeconfig() -> PathBuf {
                 .expect("run e2e/cluster.sh");
             assert!(out.status.success(), "e2e/cluster.sh up e2e failed");
             let stdout = String::from_utf8_lossy(&out.stdout);
-            let line = stdout
-                .lines()
-                .rev()
-                .find(|l| l.starts_with("export KUBECONFIG="))
-                .expect("export line");
+            let line = stdout.lines().rev().find(|l| l.starts_with("export KUBECONFIG=")).expect("export line");
             let path = PathBuf::from(line.trim_start_matches("export KUBECONFIG=").trim());
             let client = client_for(&path).await;
             install_crds(&client).await;
@@ -58,9 +54,7 @@ pub async fn kubeconfig() -> PathBuf {
 
 async fn client_for(path: &PathBuf) -> Client {
     let kc = Kubeconfig::read_from(path).expect("read kubeconfig");
-    let cfg = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
-        .await
-        .expect("kubeconfig");
+    let cfg = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await.expect("kubeconfig");
     Client::try_from(cfg).expect("client")
 }
 
@@ -68,30 +62,18 @@ async fn install_crds(client: &Client) {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     for crd in leasehold::crd::all_crds() {
         let name = crd.name_any();
-        api.patch(
-            &name,
-            &PatchParams::apply("leasehold-e2e").force(),
-            &Patch::Apply(&crd),
-        )
-        .await
-        .expect("apply CRD");
+        api.patch(&name, &PatchParams::apply("leasehold-e2e").force(), &Patch::Apply(&crd)).await.expect("apply CRD");
         let established = kube::runtime::wait::conditions::is_crd_established();
-        tokio::time::timeout(
-            WAIT,
-            kube::runtime::wait::await_condition(api.clone(), &name, established),
-        )
-        .await
-        .expect("CRD established in time")
-        .expect("watch CRD");
+        tokio::time::timeout(WAIT, kube::runtime::wait::await_condition(api.clone(), &name, established))
+            .await
+            .expect("CRD established in time")
+            .expect("watch CRD");
     }
 }
 
 /// The path of the `kubectl` the harness built (for dumps and CLI checks).
 pub fn kubectl() -> PathBuf {
-    let out = Command::new("bash")
-        .arg(repo().join("e2e/harness/build.sh"))
-        .output()
-        .expect("build.sh");
+    let out = Command::new("bash").arg(repo().join("e2e/harness/build.sh")).output().expect("build.sh");
     PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()).join("kubectl")
 }
 
@@ -111,26 +93,14 @@ impl TestNs {
     pub async fn new(name: &str) -> TestNs {
         let kubeconfig = kubeconfig().await;
         let client = client_for(&kubeconfig).await;
-        let ns = format!(
-            "lh-{name}-{:x}",
-            std::process::id() as u64 * 1000 + rand_suffix()
-        );
+        let ns = format!("lh-{name}-{:x}", std::process::id() as u64 * 1000 + rand_suffix());
         let nss: Api<Namespace> = Api::all(client.clone());
         let obj: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap();
-        nss.create(&PostParams::default(), &obj)
-            .await
-            .expect("create namespace");
+        nss.create(&PostParams::default(), &obj).await.expect("create namespace");
         let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), &ns);
-        wait_until("default ServiceAccount", WAIT, || async {
-            sas.get_opt("default").await.ok().flatten().is_some()
-        })
-        .await;
-        TestNs {
-            client,
-            ns,
-            kubeconfig,
-            operators: vec![],
-        }
+        wait_until("default ServiceAccount", WAIT, || async { sas.get_opt("default").await.ok().flatten().is_some() })
+            .await;
+        TestNs { client, ns, kubeconfig, operators: vec![] }
     }
 
     /// Typed API in the test namespace.
@@ -144,8 +114,7 @@ impl TestNs {
     /// Starts an operator process serving only this namespace; `env` adds variables.
     pub fn start_operator(&mut self, env: &[(&str, &str)]) -> usize {
         let idx = self.operators.len();
-        self.operators
-            .push(Operator::start(&self.kubeconfig, &self.ns, idx, env));
+        self.operators.push(Operator::start(&self.kubeconfig, &self.ns, idx, env));
         idx
     }
 
@@ -153,11 +122,7 @@ impl TestNs {
     pub async fn wait_operator_exit(&mut self, idx: usize) {
         let op = &mut self.operators[idx];
         wait_until("operator exit", WAIT, || {
-            let done = op
-                .child
-                .as_mut()
-                .map(|c| c.try_wait().ok().flatten().is_some())
-                .unwrap_or(true);
+            let done = op.child.as_mut().map(|c| c.try_wait().ok().flatten().is_some()).unwrap_or(true);
             async move { done }
         })
         .await;
@@ -165,10 +130,7 @@ impl TestNs {
 
     /// Whether operator `idx` is still running.
     pub fn operator_alive(&mut self, idx: usize) -> bool {
-        self.operators[idx]
-            .child
-            .as_mut()
-            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+        self.operators[idx].child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)))
     }
 
     /// Creates a lock with the given spec.
@@ -178,10 +140,7 @@ impl TestNs {
             "metadata": {"name": name}, "spec": spec,
         }))
         .expect("lock object");
-        self.api::<DistributedLock>()
-            .create(&PostParams::default(), &lock)
-            .await
-            .expect("create lock")
+        self.api::<DistributedLock>().create(&PostParams::default(), &lock).await.expect("create lock")
     }
 
     /// Creates a pod that waits for `lock` at the scheduling gate and, once running, finishes
@@ -192,10 +151,7 @@ impl TestNs {
 
     /// Creates any pod.
     pub async fn create_pod(&self, pod: Pod) -> Pod {
-        self.api::<Pod>()
-            .create(&PostParams::default(), &pod)
-            .await
-            .expect("create pod")
+        self.api::<Pod>().create(&PostParams::default(), &pod).await.expect("create pod")
     }
 
     /// Deletes the namespace (everything in it goes with it).
@@ -211,10 +167,7 @@ impl Drop for TestNs {
             op.kill();
         }
         if std::thread::panicking() {
-            eprintln!(
-                "==== test failed: objects and events in namespace {} ====",
-                self.ns
-            );
+            eprintln!("==== test failed: objects and events in namespace {} ====", self.ns);
             let kubectl = kubectl();
             for args in [
                 vec!["get", "distributedlocks,leases,pods", "-o", "wide"],
@@ -229,10 +182,7 @@ impl Drop for TestNs {
             }
             for op in &self.operators {
                 eprintln!("==== operator log {} ====", op.log.display());
-                let _ = Command::new("tail")
-                    .args(["-n", "60"])
-                    .arg(&op.log)
-                    .status();
+                let _ = Command::new("tail").args(["-n", "60"]).arg(&op.log).status();
             }
         }
     }
@@ -241,10 +191,7 @@ impl Drop for TestNs {
 fn rand_suffix() -> u64 {
     use std::sync::atomic::{AtomicU64, Ordering};
     static N: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .subsec_nanos() as u64;
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos() as u64;
     (nanos % 1000) * 100 + N.fetch_add(1, Ordering::Relaxed)
 }
 
@@ -261,31 +208,18 @@ impl Operator {
         std::fs::create_dir_all(&dir).unwrap();
         let log = dir.join(format!("{ns}-operator-{idx}.log"));
         let file = std::fs::File::create(&log).unwrap();
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_leasehold"));
-        cmd.args([
-            "operator",
-            "--namespace",
-            ns,
-            "--admin-addr",
-            &format!("127.0.0.1:{port}"),
-        ])
-        .args(["--instance", &format!("operator-{idx}")])
-        .env("KUBECONFIG", kubeconfig)
-        .env("RUST_LOG", "info,leasehold=debug")
-        .stdout(file.try_clone().unwrap())
-        .stderr(file);
+        cmd.args(["operator", "--namespace", ns, "--admin-addr", &format!("127.0.0.1:{port}")])
+            .args(["--instance", &format!("operator-{idx}")])
+            .env("KUBECONFIG", kubeconfig)
+            .env("RUST_LOG", "info,leasehold=debug")
+            .stdout(file.try_clone().unwrap())
+            .stderr(file);
         for (k, v) in env {
             cmd.env(k, v);
         }
-        Operator {
-            child: Some(cmd.spawn().expect("start operator")),
-            log,
-        }
+        Operator { child: Some(cmd.spawn().expect("start operator")), log }
     }
 
     fn kill(&mut self) {
@@ -304,10 +238,7 @@ where
 {
     let start = Instant::now();
     while !cond().await {
-        assert!(
-            start.elapsed() < timeout,
-            "timed out after {timeout:?} waiting for {what}"
-        );
+        assert!(start.elapsed() < timeout, "timed out after {timeout:?} waiting for {what}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
@@ -358,9 +289,7 @@ pub fn watch_holders(ns: &TestNs) -> Arc<Mutex<HolderLog>> {
             let Ok(ev) = ev else { continue };
             let mut log = log2.lock().unwrap();
             match ev {
-                watcher::Event::Apply(p) | watcher::Event::InitApply(p) => {
-                    record(&mut log, &p, false)
-                }
+                watcher::Event::Apply(p) | watcher::Event::InitApply(p) => record(&mut log, &p, false),
                 watcher::Event::Delete(p) => record(&mut log, &p, true),
                 _ => {}
             }
@@ -374,32 +303,15 @@ fn record(log: &mut HolderLog, p: &Pod, deleted: bool) {
         return;
     }
     let name = p.name_any();
-    let gated = p
-        .spec
-        .as_ref()
-        .and_then(|s| s.scheduling_gates.as_ref())
-        .is_some_and(|g| !g.is_empty());
-    let phase = p
-        .status
-        .as_ref()
-        .and_then(|s| s.phase.clone())
-        .unwrap_or_default();
+    let gated = p.spec.as_ref().and_then(|s| s.scheduling_gates.as_ref()).is_some_and(|g| !g.is_empty());
+    let phase = p.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_default();
     let holding = !deleted && !gated && phase != "Succeeded" && phase != "Failed";
     if holding && !log.grants.iter().any(|(n, _)| n == &name) {
-        let token = p
-            .annotations()
-            .get(TOKEN_ANNOTATION)
-            .and_then(|t| t.parse().ok())
-            .unwrap_or(-1);
+        let token = p.annotations().get(TOKEN_ANNOTATION).and_then(|t| t.parse().ok()).unwrap_or(-1);
         log.grants.push((name.clone(), token));
     }
     log.state.insert(name, holding);
-    let holders: Vec<_> = log
-        .state
-        .iter()
-        .filter(|(_, h)| **h)
-        .map(|(n, _)| n.clone())
-        .collect();
+    let holders: Vec<_> = log.state.iter().filter(|(_, h)| **h).map(|(n, _)| n.clone()).collect();
     if holders.len() > 1 {
         log.overlaps.push(format!("{holders:?}"));
     }
@@ -407,9 +319,7 @@ fn record(log: &mut HolderLog, p: &Pod, deleted: bool) {
 
 /// Reads a pod's fencing token annotation.
 pub fn token_of(p: &Pod) -> Option<i64> {
-    p.annotations()
-        .get(TOKEN_ANNOTATION)
-        .and_then(|t| t.parse().ok())
+    p.annotations().get(TOKEN_ANNOTATION).and_then(|t| t.parse().ok())
 }
 
 /// Whether the pod still waits at our scheduling gate.
@@ -445,8 +355,5 @@ pub async fn wait_pod(ns: &TestNs, name: &str, what: &str, cond: impl Fn(&Pod) -
 
 /// Pod phase.
 pub fn phase(p: &Pod) -> String {
-    p.status
-        .as_ref()
-        .and_then(|s| s.phase.clone())
-        .unwrap_or_default()
+    p.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_default()
 }

@@ -23,9 +23,7 @@ pub enum Error {
         seconds: u64,
     },
     /// The Lease named after the lock exists but is not controlled by the lock.
-    #[error(
-        "Lease {0} exists but is not controlled by this DistributedLock; rename the lock or delete the Lease"
-    )]
+    #[error("Lease {0} exists but is not controlled by this DistributedLock; rename the lock or delete the Lease")]
     LeaseNotOwned(String),
     /// Token arithmetic overflowed.
     #[error(transparent)]
@@ -70,15 +68,9 @@ pub const CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10)
 ///
 /// # Errors
 /// [`Error::Timeout`] after [`CALL_TIMEOUT`]; [`Error::Kube`] when the call fails.
-pub async fn call<T>(
-    op: &'static str,
-    fut: impl std::future::Future<Output = Result<T, kube::Error>>,
-) -> Result<T> {
+pub async fn call<T>(op: &'static str, fut: impl std::future::Future<Output = Result<T, kube::Error>>) -> Result<T> {
     match tokio::time::timeout(CALL_TIMEOUT, fut).await {
         Ok(r) => r.map_err(|source| Error::Kube { op, source }),
-        Err(_) => Err(Error::Timeout {
-            op,
-            seconds: CALL_TIMEOUT.as_secs(),
-        }),
+        Err(_) => Err(Error::Timeout { op, seconds: CALL_TIMEOUT.as_secs() }),
     }
 }

@@ -37,47 +37,27 @@ pub fn view(lease: &Lease) -> LeaseView {
     let holder = spec
         .and_then(|s| s.holder_identity.clone())
         .filter(|h| !h.is_empty())
-        .map(|name| Holder {
-            name,
-            uid: ann.get(HOLDER_UID_ANNOTATION).cloned(),
-        });
+        .map(|name| Holder { name, uid: ann.get(HOLDER_UID_ANNOTATION).cloned() });
     let token = ann.get(TOKEN_ANNOTATION).map(|v| parse_token(v));
-    let floor = ann
-        .get(TOKEN_FLOOR_ANNOTATION)
-        .map(|v| v.trim().parse::<i64>().ok().filter(|f| *f >= 0));
+    let floor = ann.get(TOKEN_FLOOR_ANNOTATION).map(|v| v.trim().parse::<i64>().ok().filter(|f| *f >= 0));
     let trusted = matches!(floor, Some(Some(_)))
         && !matches!(token, Some(None))
         && (holder.is_none() || matches!(token, Some(Some(_))));
-    LeaseView {
-        holder,
-        token: token.flatten().unwrap_or(0),
-        floor: floor.flatten().unwrap_or(0),
-        trusted,
-    }
+    LeaseView { holder, token: token.flatten().unwrap_or(0), floor: floor.flatten().unwrap_or(0), trusted }
 }
 
 /// Whether `lease` is controlled by `lock` (ownerReference with the lock's UID).
 pub fn is_owned_by(lease: &Lease, lock: &DistributedLock) -> bool {
     let uid = lock.meta().uid.as_deref();
-    lease
-        .owner_references()
-        .iter()
-        .any(|o| o.controller == Some(true) && Some(o.uid.as_str()) == uid)
+    lease.owner_references().iter().any(|o| o.controller == Some(true) && Some(o.uid.as_str()) == uid)
 }
 
 /// Creates the lock's Lease (same name and namespace as the lock).
 ///
 /// # Errors
 /// [`Error::Kube`] with 409 if it already exists (someone else created it: re-observe).
-pub async fn create(
-    api: &Api<Lease>,
-    lock: &DistributedLock,
-    holder: Option<&Grant>,
-    floor: i64,
-) -> Result<Lease> {
-    let owner = lock
-        .controller_owner_ref(&())
-        .ok_or(Error::MissingField("metadata.uid"))?;
+pub async fn create(api: &Api<Lease>, lock: &DistributedLock, holder: Option<&Grant>, floor: i64) -> Result<Lease> {
+    let owner = lock.controller_owner_ref(&()).ok_or(Error::MissingField("metadata.uid"))?;
     let mut lease = Lease {
         metadata: ObjectMeta {
             name: Some(lock.name_any()),
@@ -88,14 +68,7 @@ pub async fn create(
         },
         spec: Some(LeaseSpec::default()),
     };
-    apply_grant(
-        &mut lease,
-        lock,
-        holder,
-        Some(floor),
-        None,
-        Timestamp::now(),
-    );
+    apply_grant(&mut lease, lock, holder, Some(floor), None, Timestamp::now());
     call("create Lease", api.create(&PostParams::default(), &lease)).await
 }
 
@@ -113,19 +86,8 @@ pub async fn update(
 ) -> Result<Lease> {
     let mut lease = observed.clone();
     let last_token = view(observed).token;
-    apply_grant(
-        &mut lease,
-        lock,
-        holder,
-        floor,
-        Some(last_token),
-        Timestamp::now(),
-    );
-    call(
-        "update Lease",
-        api.replace(&lease.name_any(), &PostParams::default(), &lease),
-    )
-    .await
+    apply_grant(&mut lease, lock, holder, floor, Some(last_token), Timestamp::now());
+    call("update Lease", api.replace(&lease.name_any(), &PostParams::default(), &lease)).await
 }
 
 fn apply_grant(
@@ -170,38 +132,21 @@ mod tests {
     fn lease_with(ann: &[(&str, &str)], holder: Option<&str>) -> Lease {
         Lease {
             metadata: ObjectMeta {
-                annotations: Some(
-                    ann.iter()
-                        .map(|(k, v)| (k.to_string(), v.to_string()))
-                        .collect(),
-                ),
+                annotations: Some(ann.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
                 ..ObjectMeta::default()
             },
-            spec: Some(LeaseSpec {
-                holder_identity: holder.map(Into::into),
-                ..LeaseSpec::default()
-            }),
+            spec: Some(LeaseSpec { holder_identity: holder.map(Into::into), ..LeaseSpec::default() }),
         }
     }
 
     #[test]
     fn view_reads_holder_token_and_floor() {
         let l = lease_with(
-            &[
-                (TOKEN_ANNOTATION, "7"),
-                (TOKEN_FLOOR_ANNOTATION, "0"),
-                (HOLDER_UID_ANNOTATION, "u1"),
-            ],
+            &[(TOKEN_ANNOTATION, "7"), (TOKEN_FLOOR_ANNOTATION, "0"), (HOLDER_UID_ANNOTATION, "u1")],
             Some("pod-a"),
         );
         let v = view(&l);
-        assert_eq!(
-            v.holder,
-            Some(Holder {
-                name: "pod-a".into(),
-                uid: Some("u1".into())
-            })
-        );
+        assert_eq!(v.holder, Some(Holder { name: "pod-a".into(), uid: Some("u1".into()) }));
         assert_eq!((v.token, v.floor, v.trusted), (7, 0, true));
     }
 
@@ -210,13 +155,7 @@ mod tests {
         // No floor at all (created by someone else).
         assert!(!view(&lease_with(&[], None)).trusted);
         // Garbage token.
-        assert!(
-            !view(&lease_with(
-                &[(TOKEN_ANNOTATION, "x"), (TOKEN_FLOOR_ANNOTATION, "0")],
-                None
-            ))
-            .trusted
-        );
+        assert!(!view(&lease_with(&[(TOKEN_ANNOTATION, "x"), (TOKEN_FLOOR_ANNOTATION, "0")], None)).trusted);
         // A holder without a token.
         assert!(!view(&lease_with(&[(TOKEN_FLOOR_ANNOTATION, "0")], Some("p"))).trusted);
         // Fresh Lease before its first grant is fine.

@@ -26,6 +26,9 @@ pub struct Metrics {
     /// Holders taken back by a timeout, by reason: `StartTimeout`, `HolderNodeLost`
     /// (`leasehold_reclaims_total{reason}`).
     pub reclaims: Family<ReasonLabels, Counter>,
+    /// Waiters that gave up, by reason: `LockBusy`, `LockWaitTimeout`
+    /// (`leasehold_rejections_total{reason}`).
+    pub rejections: Family<ReasonLabels, Counter>,
     /// HTTP 409 answers to our writes (`leasehold_conflicts_total`).
     pub conflicts: Counter,
     /// Failed reconciles, by reason (`leasehold_reconcile_errors_total{reason}`).
@@ -47,43 +50,22 @@ impl Metrics {
             grants: Counter::default(),
             releases: Family::default(),
             reclaims: Family::default(),
+            rejections: Family::default(),
             conflicts: Counter::default(),
             reconcile_errors: Family::default(),
             held: Gauge::default(),
             waiters: Gauge::default(),
-            handover: Histogram::new([
-                0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
-            ]),
+            handover: Histogram::new([0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0]),
             per_lock: Mutex::default(),
         };
         let r = registry.sub_registry_with_prefix("leasehold");
         r.register("grants", "Grants written to a Lease", m.grants.clone());
-        r.register(
-            "releases",
-            "Holders released, by reason",
-            m.releases.clone(),
-        );
-        r.register(
-            "reclaims",
-            "Holders taken back by a timeout, by reason",
-            m.reclaims.clone(),
-        );
-        r.register(
-            "conflicts",
-            "HTTP 409 answers to the operator's writes",
-            m.conflicts.clone(),
-        );
-        r.register(
-            "reconcile_errors",
-            "Failed reconciles, by reason",
-            m.reconcile_errors.clone(),
-        );
+        r.register("releases", "Holders released, by reason", m.releases.clone());
+        r.register("reclaims", "Holders taken back by a timeout, by reason", m.reclaims.clone());
+        r.register("conflicts", "HTTP 409 answers to the operator's writes", m.conflicts.clone());
+        r.register("reconcile_errors", "Failed reconciles, by reason", m.reconcile_errors.clone());
         r.register("locks_held", "Locks currently held", m.held.clone());
-        r.register(
-            "waiters",
-            "Pods waiting for a lock, over all locks",
-            m.waiters.clone(),
-        );
+        r.register("waiters", "Pods waiting for a lock, over all locks", m.waiters.clone());
         r.register(
             "handover_seconds",
             "Seconds from observing a release to writing the next grant",
@@ -100,17 +82,12 @@ impl Metrics {
             Some(s) => map.insert(key.to_string(), s),
             None => map.remove(key),
         };
-        self.held
-            .set(map.values().filter(|(h, _)| *h).count() as i64);
+        self.held.set(map.values().filter(|(h, _)| *h).count() as i64);
         self.waiters.set(map.values().map(|(_, w)| *w).sum());
     }
 
     /// Counts one reason in a family.
     pub fn inc(family: &Family<ReasonLabels, Counter>, reason: &str) {
-        family
-            .get_or_create(&ReasonLabels {
-                reason: reason.to_string(),
-            })
-            .inc();
+        family.get_or_create(&ReasonLabels { reason: reason.to_string() }).inc();
     }
 }

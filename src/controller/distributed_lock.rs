@@ -20,7 +20,8 @@ use crate::crd::{DistributedLock, DistributedLockStatus, HolderStatus};
 use crate::error::{Error, Result, call};
 use crate::lease;
 use crate::lock::fencing::parse_token;
-use crate::lock::grant::{self, Decision, Grant, Observation, Phase, PodView, Release, Settings};
+use crate::lock::grant::{self, Decision, Grant, Observation, Phase, PodView, Reject, RejectReason, Release, Settings};
+use crate::lock::policy;
 use crate::lock::{LOCK_ANNOTATION, SCHEDULING_GATE, TOKEN_ANNOTATION};
 use crate::metrics::Metrics;
 
@@ -33,19 +34,14 @@ const STATUS_WAITERS: usize = 10;
 /// Reconciles one lock. Errors are retried by [`error_policy`].
 pub async fn reconcile(lock: Arc<DistributedLock>, ctx: Arc<Context>) -> Result<Action> {
     let started = Instant::now();
-    let ns = lock
-        .namespace()
-        .ok_or(Error::MissingField("metadata.namespace"))?;
+    let ns = lock.namespace().ok_or(Error::MissingField("metadata.namespace"))?;
     let name = lock.name_any();
     let lease_api: Api<Lease> = Api::namespaced(ctx.client.clone(), &ns);
     let pod_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
     let lock_api: Api<DistributedLock> = Api::namespaced(ctx.client.clone(), &ns);
 
     let mut lock = (*lock).clone();
-    let mut lease_obj = ctx
-        .leases
-        .get(&ObjectRef::new(&name).within(&ns))
-        .map(|l| (*l).clone());
+    let mut lease_obj = ctx.leases.get(&ObjectRef::new(&name).within(&ns)).map(|l| (*l).clone());
     if let Some(l) = &lease_obj
         && !lease::is_owned_by(l, &lock)
     {
@@ -81,25 +77,11 @@ pub async fn reconcile(lock: Arc<DistributedLock>, ctx: Arc<Context>) -> Result<
                 lease_obj = Some(lease::create(&lease_api, &lock, holder.as_ref(), floor).await?);
                 fresh_reservation = None;
                 if let Some(h) = holder {
-                    let note = format!(
-                        "Lease was recreated; {} keeps holding with token {}",
-                        h.name, h.token
-                    );
-                    ctx.event(
-                        &lock.object_ref(&()),
-                        EventType::Warning,
-                        "LeaseRecreated",
-                        note,
-                        "Recreate",
-                    )
-                    .await;
+                    let note = format!("Lease was recreated; {} keeps holding with token {}", h.name, h.token);
+                    ctx.event(&lock.object_ref(&()), EventType::Warning, "LeaseRecreated", note, "Recreate").await;
                 }
             }
-            Decision::UpdateLease {
-                holder,
-                released,
-                floor,
-            } => {
+            Decision::UpdateLease { holder, released, floor } => {
                 let observed = lease_obj.as_ref().ok_or(Error::MissingField("Lease"))?;
                 let written = lease::update(&lease_api, &lock, observed, holder.as_ref(), floor)
                     .await
@@ -112,9 +94,7 @@ pub async fn reconcile(lock: Arc<DistributedLock>, ctx: Arc<Context>) -> Result<
                 if let Some(g) = holder {
                     ctx.metrics.grants.inc();
                     if released.is_some() {
-                        ctx.metrics
-                            .handover
-                            .observe(started.elapsed().as_secs_f64());
+                        ctx.metrics.handover.observe(started.elapsed().as_secs_f64());
                     }
                     tracing::info!(lock = %name, namespace = %ns, pod = %g.name, token = g.token, "granted");
                     ctx.failpoint("exit-after-lease-grant");
@@ -125,15 +105,9 @@ pub async fn reconcile(lock: Arc<DistributedLock>, ctx: Arc<Context>) -> Result<
                 tracing::info!(lock = %name, pod = %g.name, token = g.token, "finishing a grant recorded in the Lease");
                 patch_holder(&ctx, &pod_api, &lock, &g, &mut pods).await?;
             }
-            Decision::DeletePod {
-                name: pod_name,
-                uid,
-            } => {
+            Decision::DeletePod { name: pod_name, uid } => {
                 let dp = DeleteParams {
-                    preconditions: Some(Preconditions {
-                        uid: Some(uid.clone()),
-                        resource_version: None,
-                    }),
+                    preconditions: Some(Preconditions { uid: Some(uid.clone()), resource_version: None }),
                     ..DeleteParams::default()
                 };
                 match call("delete Pod", pod_api.delete(&pod_name, &dp)).await {
@@ -146,28 +120,21 @@ pub async fn reconcile(lock: Arc<DistributedLock>, ctx: Arc<Context>) -> Result<
                     "{pod_name} was granted the lock but did not start within {} s; deleting it so the next waiter can hold the lock once it is gone",
                     lock.spec.start_timeout_seconds
                 );
-                ctx.event(
-                    &lock.object_ref(&()),
-                    EventType::Warning,
-                    "StartTimeout",
-                    note,
-                    "Reclaim",
-                )
-                .await;
+                ctx.event(&lock.object_ref(&()), EventType::Warning, "StartTimeout", note, "Reclaim").await;
                 if let Some(p) = pods.iter_mut().find(|p| p.uid == uid) {
                     p.deleting = true;
                 }
             }
+            Decision::RejectWaiters(rejects) => {
+                for r in rejects {
+                    reject_waiter(&ctx, &pod_api, &lock, &r).await?;
+                    if let Some(p) = pods.iter_mut().find(|p| p.uid == r.uid) {
+                        p.phase = Phase::Failed;
+                    }
+                }
+            }
             Decision::Idle { requeue_after } => {
-                write_status(
-                    &lock_api,
-                    &lock,
-                    lease_obj.as_ref(),
-                    &plan.holder,
-                    &plan.waiters,
-                    &ctx,
-                )
-                .await?;
+                write_status(&lock_api, &lock, lease_obj.as_ref(), &plan.holder, &plan.waiters, &ctx).await?;
                 return Ok(match requeue_after {
                     Some(d) => Action::requeue(d + Duration::from_millis(50)),
                     None => Action::await_change(),
@@ -188,10 +155,7 @@ pub fn error_policy(lock: Arc<DistributedLock>, error: &Error, ctx: Arc<Context>
         let r = lock.object_ref(&());
         let note = error.to_string();
         let reason = error.reason();
-        tokio::spawn(async move {
-            ctx2.event(&r, EventType::Warning, reason, note, "Reconcile")
-                .await
-        });
+        tokio::spawn(async move { ctx2.event(&r, EventType::Warning, reason, note, "Reconcile").await });
     }
     backoff_for(error)
 }
@@ -202,15 +166,31 @@ fn count_conflict(m: &Metrics, e: &Error) {
     }
 }
 
-/// Pods in `ns` whose `leasehold.dev/lock` annotation names `lock`.
+/// Pods in `ns` whose `leasehold.dev/lock` annotation names `lock`, with how long each waiter
+/// has been seen waiting (this process's monotonic clock).
 fn pods_of(ctx: &Context, ns: &str, lock: &str) -> Vec<PodView> {
-    ctx.pods
+    let now = Instant::now();
+    let mut clock = ctx.wait_clock.lock().unwrap_or_else(|e| e.into_inner());
+    let mut views: Vec<PodView> = ctx
+        .pods
         .state()
         .iter()
         .filter(|p| p.namespace().as_deref() == Some(ns))
         .filter(|p| p.annotations().get(LOCK_ANNOTATION).map(|v| v.trim()) == Some(lock))
         .filter_map(|p| pod_view(p))
-        .collect()
+        .collect();
+    for v in &mut views {
+        if v.is_waiter() {
+            v.waiting_for = Some(now.duration_since(*clock.entry(v.uid.clone()).or_insert(now)));
+        } else {
+            clock.remove(&v.uid);
+        }
+    }
+    if clock.len() > 10_000 {
+        let live: std::collections::HashSet<String> = ctx.pods.state().iter().filter_map(|p| p.uid()).collect();
+        clock.retain(|uid, _| live.contains(uid));
+    }
+    views
 }
 
 /// The decision's view of a pod; `None` for pods without name/uid/creationTimestamp.
@@ -223,15 +203,15 @@ pub fn pod_view(p: &Pod) -> Option<PodView> {
         gated: spec
             .and_then(|s| s.scheduling_gates.as_ref())
             .is_some_and(|g| g.iter().any(|g| g.name == SCHEDULING_GATE)),
-        node_name: spec
-            .and_then(|s| s.node_name.clone())
-            .filter(|n| !n.is_empty()),
+        node_name: spec.and_then(|s| s.node_name.clone()).filter(|n| !n.is_empty()),
         phase: Phase::parse(p.status.as_ref().and_then(|s| s.phase.as_deref())),
         deleting: p.metadata.deletion_timestamp.is_some(),
-        token: p
-            .annotations()
-            .get(TOKEN_ANNOTATION)
-            .and_then(|t| parse_token(t)),
+        token: p.annotations().get(TOKEN_ANNOTATION).and_then(|t| parse_token(t)),
+        on_busy: policy::parse_on_busy(p.annotations().get(policy::ON_BUSY_ANNOTATION).map(String::as_str))
+            .unwrap_or_default(),
+        max_wait: policy::parse_max_wait(p.annotations().get(policy::MAX_WAIT_ANNOTATION).map(String::as_str))
+            .unwrap_or_default(),
+        waiting_for: None,
     })
 }
 
@@ -244,33 +224,24 @@ fn holder_clocks(
     pods: &[PodView],
 ) -> (Option<Duration>, Option<Duration>) {
     let lock_uid = lock.uid().unwrap_or_default();
-    let holder = lease.and_then(|l| l.holder.as_ref()).and_then(|h| {
-        pods.iter()
-            .find(|p| p.name == h.name && Some(&p.uid) == h.uid.as_ref())
-    });
+    let holder = lease
+        .and_then(|l| l.holder.as_ref())
+        .and_then(|h| pods.iter().find(|p| p.name == h.name && Some(&p.uid) == h.uid.as_ref()));
     let Some(pod) = holder else {
-        ctx.holder_clock
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&lock_uid);
+        ctx.holder_clock.lock().unwrap_or_else(|e| e.into_inner()).remove(&lock_uid);
         return (None, None);
     };
     let now = Instant::now();
     let since = {
         let mut clocks = ctx.holder_clock.lock().unwrap_or_else(|e| e.into_inner());
-        let entry = clocks
-            .entry(lock_uid)
-            .or_insert_with(|| (pod.uid.clone(), now));
+        let entry = clocks.entry(lock_uid).or_insert_with(|| (pod.uid.clone(), now));
         if entry.0 != pod.uid {
             *entry = (pod.uid.clone(), now);
         }
         entry.1
     };
     let pending_for = (pod.phase == Phase::Pending).then(|| now.duration_since(since));
-    let node_lost_for = pod
-        .node_name
-        .as_ref()
-        .and_then(|n| node_lost_for(ctx, n, now));
+    let node_lost_for = pod.node_name.as_ref().and_then(|n| node_lost_for(ctx, n, now));
     (pending_for, node_lost_for)
 }
 
@@ -292,24 +263,13 @@ fn node_lost_for(ctx: &Context, node: &str, now: Instant) -> Option<Duration> {
 }
 
 /// Raises `status.tokenCeiling` with the lock's resourceVersion as precondition.
-async fn reserve_tokens(
-    api: &Api<DistributedLock>,
-    lock: &DistributedLock,
-    to: i64,
-) -> Result<DistributedLock> {
+async fn reserve_tokens(api: &Api<DistributedLock>, lock: &DistributedLock, to: i64) -> Result<DistributedLock> {
     let patch = json!({
         "metadata": { "resourceVersion": lock.resource_version() },
         "status": { "tokenCeiling": to },
     });
-    call(
-        "reserve fencing tokens",
-        api.patch_status(
-            &lock.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        ),
-    )
-    .await
+    call("reserve fencing tokens", api.patch_status(&lock.name_any(), &PatchParams::default(), &Patch::Merge(&patch)))
+        .await
 }
 
 /// Second write of a grant: the token annotation and the removal of the scheduling gate, with
@@ -325,24 +285,13 @@ async fn patch_holder(
         "metadata": { "uid": g.uid, "annotations": { TOKEN_ANNOTATION: g.token.to_string() } },
         "spec": { "schedulingGates": [ { "$patch": "delete", "name": SCHEDULING_GATE } ] },
     });
-    let pod = call(
-        "patch Pod",
-        api.patch(&g.name, &PatchParams::default(), &Patch::Strategic(&patch)),
-    )
-    .await?;
+    let pod = call("patch Pod", api.patch(&g.name, &PatchParams::default(), &Patch::Strategic(&patch))).await?;
     if let Some(p) = pods.iter_mut().find(|p| p.uid == g.uid) {
         p.gated = false;
         p.token = Some(g.token);
     }
     let note = format!("{} holds the lock with fencing token {}", g.name, g.token);
-    ctx.event(
-        &lock.object_ref(&()),
-        EventType::Normal,
-        "Granted",
-        note.clone(),
-        "Grant",
-    )
-    .await;
+    ctx.event(&lock.object_ref(&()), EventType::Normal, "Granted", note.clone(), "Grant").await;
     ctx.event(
         &super::pod_ref(&pod),
         EventType::Normal,
@@ -354,21 +303,46 @@ async fn patch_holder(
     Ok(())
 }
 
+/// Marks a waiter that gave up as `Failed` (status subresource, UID precondition), so its Job
+/// or user sees why, and Events on the pod and the lock.
+async fn reject_waiter(ctx: &Context, api: &Api<Pod>, lock: &DistributedLock, r: &Reject) -> Result<()> {
+    let message = match r.reason {
+        RejectReason::LockBusy => {
+            format!("lock {} is held and this pod has leasehold.dev/on-busy: skip; it did not run", lock.name_any())
+        }
+        RejectReason::LockWaitTimeout => {
+            format!("waited longer than leasehold.dev/max-wait for lock {}; it did not run", lock.name_any())
+        }
+    };
+    let patch = json!({
+        "metadata": { "uid": r.uid },
+        "status": { "phase": "Failed", "reason": r.reason.as_str(), "message": message },
+    });
+    let pod = match call("fail waiting Pod", api.patch_status(&r.name, &PatchParams::default(), &Patch::Merge(&patch)))
+        .await
+    {
+        Ok(p) => p,
+        Err(e) if e.is_not_found() || e.is_conflict() => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    Metrics::inc(&ctx.metrics.rejections, r.reason.as_str());
+    tracing::info!(lock = %lock.name_any(), pod = %r.name, reason = r.reason.as_str(), "waiter gave up");
+    ctx.event(&super::pod_ref(&pod), EventType::Warning, r.reason.as_str(), message.clone(), "Reject").await;
+    ctx.event(&lock.object_ref(&()), EventType::Normal, r.reason.as_str(), format!("{}: {message}", r.name), "Reject")
+        .await;
+    Ok(())
+}
+
 async fn record_release(ctx: &Context, lock: &DistributedLock, r: &Release) {
     let reason = r.reason.as_str();
     Metrics::inc(&ctx.metrics.releases, reason);
     if r.reason == grant::ReleaseReason::NodeLost {
         Metrics::inc(&ctx.metrics.reclaims, reason);
     }
-    let type_ = if r.reason == grant::ReleaseReason::NodeLost {
-        EventType::Warning
-    } else {
-        EventType::Normal
-    };
+    let type_ = if r.reason == grant::ReleaseReason::NodeLost { EventType::Warning } else { EventType::Normal };
     let note = format!("{} released the lock (token {}): {reason}", r.name, r.token);
     tracing::info!(lock = %lock.name_any(), pod = %r.name, token = r.token, reason, "released");
-    ctx.event(&lock.object_ref(&()), type_, "Released", note, "Release")
-        .await;
+    ctx.event(&lock.object_ref(&()), type_, "Released", note, "Release").await;
 }
 
 /// Writes the status view when it changed (no write when nothing changed: 0 writes when idle).
@@ -389,12 +363,7 @@ async fn write_status(
         name: g.name.clone(),
         uid: Some(g.uid.clone()),
         token: g.token,
-        since: old
-            .holder
-            .as_ref()
-            .filter(|h| h.uid.as_deref() == Some(&g.uid))
-            .and_then(|h| h.since.clone())
-            .or(since),
+        since: old.holder.as_ref().filter(|h| h.uid.as_deref() == Some(&g.uid)).and_then(|h| h.since.clone()).or(since),
     });
     let mut new = DistributedLockStatus {
         holder: holder_status,
@@ -408,15 +377,7 @@ async fn write_status(
     };
     let gen_ = lock.meta().generation;
     let now = Timestamp::now();
-    condition::set(
-        &mut new.conditions,
-        condition::READY,
-        true,
-        reason::RECONCILED,
-        "Lease is in sync",
-        gen_,
-        now,
-    );
+    condition::set(&mut new.conditions, condition::READY, true, reason::RECONCILED, "Lease is in sync", gen_, now);
     match holder {
         Some(g) => condition::set(
             &mut new.conditions,
@@ -438,11 +399,7 @@ async fn write_status(
         ),
     };
     ctx.metrics.set_lock_state(
-        &format!(
-            "{}/{}",
-            lock.namespace().unwrap_or_default(),
-            lock.name_any()
-        ),
+        &format!("{}/{}", lock.namespace().unwrap_or_default(), lock.name_any()),
         Some((holder.is_some(), waiters.len() as i64)),
     );
     if new == old {
@@ -467,21 +424,13 @@ async fn patch_status_view(
     let patch = json!({ "status": value });
     call(
         "patch DistributedLock status",
-        api.patch_status(
-            &lock.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        ),
+        api.patch_status(&lock.name_any(), &PatchParams::default(), &Patch::Merge(&patch)),
     )
     .await
     .map(|_| ())
 }
 
-async fn report_foreign_lease(
-    api: &Api<DistributedLock>,
-    lock: &DistributedLock,
-    ctx: &Context,
-) -> Result<Action> {
+async fn report_foreign_lease(api: &Api<DistributedLock>, lock: &DistributedLock, ctx: &Context) -> Result<Action> {
     let err = Error::LeaseNotOwned(lock.name_any());
     let mut status = lock.status.clone().unwrap_or_default();
     let changed = condition::set(
@@ -494,14 +443,8 @@ async fn report_foreign_lease(
         Timestamp::now(),
     );
     if changed {
-        ctx.event(
-            &lock.object_ref(&()),
-            EventType::Warning,
-            reason::LEASE_NOT_OWNED,
-            err.to_string(),
-            "Reconcile",
-        )
-        .await;
+        ctx.event(&lock.object_ref(&()), EventType::Warning, reason::LEASE_NOT_OWNED, err.to_string(), "Reconcile")
+            .await;
         patch_status_view(api, lock, &status).await?;
     }
     Ok(Action::await_change())

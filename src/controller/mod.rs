@@ -50,6 +50,8 @@ pub struct Context {
     pub holder_clock: Mutex<HashMap<String, (String, Instant)>>,
     /// When this process first saw each node not Ready (or missing): node name -> instant.
     pub node_clock: Mutex<HashMap<String, Instant>>,
+    /// When this process first saw each pod waiting: pod UID -> instant (for `max-wait`).
+    pub wait_clock: Mutex<HashMap<String, Instant>>,
     /// Test-only crash point (`LEASEHOLD_FAILPOINT`), see [`Context::failpoint`].
     pub failpoint: Option<String>,
 }
@@ -65,21 +67,8 @@ impl Context {
     }
 
     /// Publishes an Event about `reference`; failures are logged, never fatal.
-    pub async fn event(
-        &self,
-        reference: &ObjectReference,
-        type_: EventType,
-        reason: &str,
-        note: String,
-        action: &str,
-    ) {
-        let ev = Event {
-            type_,
-            reason: reason.into(),
-            note: Some(note),
-            action: action.into(),
-            secondary: None,
-        };
+    pub async fn event(&self, reference: &ObjectReference, type_: EventType, reason: &str, note: String, action: &str) {
+        let ev = Event { type_, reason: reason.into(), note: Some(note), action: action.into(), secondary: None };
         if let Err(e) = self.recorder.publish(&ev, reference).await {
             tracing::warn!(error = %e, reason, "failed to publish event");
         }
@@ -116,10 +105,7 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
     let ns = args.namespace.as_deref();
     let mut registry = Registry::default();
     let metrics = Arc::new(Metrics::new(&mut registry));
-    let admin_state = Arc::new(AdminState {
-        ready: false.into(),
-        registry,
-    });
+    let admin_state = Arc::new(AdminState { ready: false.into(), registry });
 
     let (pods, pod_writer) = reflector::store_shared::<Pod>(1024);
     let (leases, lease_writer) = reflector::store_shared::<Lease>(256);
@@ -131,18 +117,13 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
 
     spawn_watch(
         "pods",
-        watcher(api::<Pod>(&client, ns), watcher::Config::default())
-            .default_backoff()
-            .reflect_shared(pod_writer),
+        watcher(api::<Pod>(&client, ns), watcher::Config::default()).default_backoff().reflect_shared(pod_writer),
     );
     spawn_watch(
         "leases",
-        watcher(
-            api::<Lease>(&client, ns),
-            watcher::Config::default().labels(LEASE_LABEL),
-        )
-        .default_backoff()
-        .reflect_shared(lease_writer),
+        watcher(api::<Lease>(&client, ns), watcher::Config::default().labels(LEASE_LABEL))
+            .default_backoff()
+            .reflect_shared(lease_writer),
     );
     spawn_watch(
         "nodes",
@@ -151,10 +132,7 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
             .reflect_shared(node_writer),
     );
 
-    let reporter = Reporter {
-        controller: CONTROLLER_NAME.into(),
-        instance: Some(args.instance.clone()),
-    };
+    let reporter = Reporter { controller: CONTROLLER_NAME.into(), instance: Some(args.instance.clone()) };
     let ctx = Arc::new(Context {
         client: client.clone(),
         pods: pods.clone(),
@@ -164,6 +142,7 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
         metrics: metrics.clone(),
         holder_clock: Mutex::default(),
         node_clock: Mutex::default(),
+        wait_clock: Mutex::default(),
         failpoint: std::env::var("LEASEHOLD_FAILPOINT").ok(),
     });
 
@@ -180,9 +159,7 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
             pods_for_nodes
                 .state()
                 .into_iter()
-                .filter(|p| {
-                    p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(name.as_str())
-                })
+                .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(name.as_str()))
                 .filter(|p| p.annotations().contains_key(crate::lock::TOKEN_ANNOTATION))
                 .filter_map(|p| lock_of(&p))
                 .collect::<Vec<_>>()
@@ -207,35 +184,20 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
         ready.ready.store(true, Ordering::Relaxed);
         tracing::info!("all caches synced; ready");
     });
-    let _ = tokio::join!(
-        pods.wait_until_ready(),
-        leases.wait_until_ready(),
-        nodes.wait_until_ready()
-    );
+    let _ = tokio::join!(pods.wait_until_ready(), leases.wait_until_ready(), nodes.wait_until_ready());
     tracing::info!(namespace = ns.unwrap_or("<all>"), "starting controllers");
 
     let lock_ctx = ctx.clone();
     let locks_for_pods = locks.clone();
-    let lock_loop = lock_ctrl
-        .run(
-            distributed_lock::reconcile,
-            distributed_lock::error_policy,
-            lock_ctx,
-        )
-        .for_each(|r| {
+    let lock_loop =
+        lock_ctrl.run(distributed_lock::reconcile, distributed_lock::error_policy, lock_ctx).for_each(|r| {
             if let Err(e) = r {
                 tracing::debug!(error = %e, "lock reconcile failed");
             }
             future::ready(())
         });
-    let pod_ctx = Arc::new(pod::PodContext {
-        ctx: ctx.clone(),
-        locks: locks_for_pods,
-        warned: Mutex::default(),
-    });
-    let pod_loop = pod_ctrl
-        .run(pod::reconcile, pod::error_policy, pod_ctx)
-        .for_each(|_| future::ready(()));
+    let pod_ctx = Arc::new(pod::PodContext { ctx: ctx.clone(), locks: locks_for_pods, warned: Mutex::default() });
+    let pod_loop = pod_ctrl.run(pod::reconcile, pod::error_policy, pod_ctx).for_each(|_| future::ready(()));
     tokio::select! {
         _ = futures::future::join(lock_loop, pod_loop) => {}
         r = admin => { r??; }
@@ -245,10 +207,7 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
 }
 
 /// Drives a reflector stream on its own task, logging watch errors (the backoff retries them).
-fn spawn_watch<T>(
-    what: &'static str,
-    stream: impl futures::Stream<Item = Result<T, watcher::Error>> + Send + 'static,
-) {
+fn spawn_watch<T>(what: &'static str, stream: impl futures::Stream<Item = Result<T, watcher::Error>> + Send + 'static) {
     tokio::spawn(stream.for_each(move |r| {
         if let Err(e) = r {
             tracing::warn!(error = %e, what, "watch error (retrying)");

@@ -35,55 +35,28 @@ pub async fn reconcile(pod: Arc<Pod>, pctx: Arc<PodContext>) -> Result<Action, E
         return Ok(Action::await_change());
     }
     let uid = pod.uid().unwrap_or_default();
-    let bound_without_grant = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.node_name.as_ref())
-        .is_some()
+    let bound_without_grant = pod.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some()
         && !pod.annotations().contains_key(TOKEN_ANNOTATION);
     let lock_exists = pctx.locks.get(&lock).is_some();
-    let warn = |reason: &'static str| {
-        pctx.warned
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert((uid.clone(), reason))
-    };
+    let warn =
+        |reason: &'static str| pctx.warned.lock().unwrap_or_else(|e| e.into_inner()).insert((uid.clone(), reason));
     if !lock_exists && warn("LockNotFound") {
         let note = format!(
             "DistributedLock {} does not exist in namespace {}; the pod waits until it is created",
             lock.name,
             pod.namespace().unwrap_or_default()
         );
-        pctx.ctx
-            .event(
-                &pod_ref(&pod),
-                EventType::Warning,
-                "LockNotFound",
-                note,
-                "Wait",
-            )
-            .await;
+        pctx.ctx.event(&pod_ref(&pod), EventType::Warning, "LockNotFound", note, "Wait").await;
     }
     if lock_exists {
-        pctx.warned
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&(uid.clone(), "LockNotFound"));
+        pctx.warned.lock().unwrap_or_else(|e| e.into_inner()).remove(&(uid.clone(), "LockNotFound"));
     }
     if bound_without_grant && warn("NotGateable") {
         let note = format!(
             "pod names lock {} but sets spec.nodeName, so it bypasses the scheduler and cannot wait at the leasehold.dev/lock scheduling gate; it is never counted as a holder",
             lock.name
         );
-        pctx.ctx
-            .event(
-                &pod_ref(&pod),
-                EventType::Warning,
-                "NotGateable",
-                note,
-                "Reject",
-            )
-            .await;
+        pctx.ctx.event(&pod_ref(&pod), EventType::Warning, "NotGateable", note, "Reject").await;
     }
     Ok(Action::await_change())
 }

@@ -40,10 +40,8 @@ pub fn set(
     let status = if status { "True" } else { "False" }.to_string();
     match conditions.iter_mut().find(|c| c.type_ == type_) {
         Some(c) => {
-            let changed = c.status != status
-                || c.reason != reason
-                || c.message != message
-                || c.observed_generation != generation;
+            let changed =
+                c.status != status || c.reason != reason || c.message != message || c.observed_generation != generation;
             if c.status != status {
                 c.last_transition_time = Time(now);
             }

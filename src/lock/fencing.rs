@@ -56,8 +56,7 @@ pub fn needs_reservation(token: i64, ceiling: i64) -> bool {
 /// [`TokenExhausted`] when the block would pass [`MAX_TOKEN`].
 pub fn reserve(ceiling: i64, token: i64) -> Result<i64, TokenExhausted> {
     let base = ceiling.max(token).max(0);
-    base.checked_add(RESERVATION_BLOCK)
-        .ok_or(TokenExhausted(base))
+    base.checked_add(RESERVATION_BLOCK).ok_or(TokenExhausted(base))
 }
 
 /// Parses a token annotation value. Returns `None` for anything that is not a positive decimal

@@ -25,6 +25,7 @@ use std::time::Duration;
 use k8s_openapi::jiff::Timestamp;
 
 use super::fencing::{self, TokenExhausted};
+use super::policy::BusyPolicy;
 use super::queue;
 
 /// Pod phase (`status.phase`), as far as grant decisions care.
@@ -74,6 +75,12 @@ pub struct PodView {
     pub deleting: bool,
     /// The `leasehold.dev/fencing-token` annotation, if present and valid.
     pub token: Option<i64>,
+    /// What the pod wants when the lock is busy (`leasehold.dev/on-busy`).
+    pub on_busy: BusyPolicy,
+    /// `leasehold.dev/max-wait`, if set and valid.
+    pub max_wait: Option<Duration>,
+    /// How long this operator has seen the pod waiting (monotonic clock); `None` if unknown.
+    pub waiting_for: Option<Duration>,
 }
 
 impl PodView {
@@ -201,6 +208,36 @@ pub struct Release {
     pub reason: ReleaseReason,
 }
 
+/// A waiter that gives up.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reject {
+    /// Pod name.
+    pub name: String,
+    /// Pod UID (precondition).
+    pub uid: String,
+    /// Why: [`RejectReason`].
+    pub reason: RejectReason,
+}
+
+/// Why a waiter gives up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RejectReason {
+    /// `leasehold.dev/on-busy: skip` and the lock is held.
+    LockBusy,
+    /// `leasehold.dev/max-wait` elapsed.
+    LockWaitTimeout,
+}
+
+impl RejectReason {
+    /// Stable PascalCase name (pod status reason, Events, metrics).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RejectReason::LockBusy => "LockBusy",
+            RejectReason::LockWaitTimeout => "LockWaitTimeout",
+        }
+    }
+}
+
 /// The one write to do next.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Decision {
@@ -239,6 +276,8 @@ pub enum Decision {
         /// Pod UID (delete precondition).
         uid: String,
     },
+    /// Mark these waiters `Failed` (they gave up: skip policy or max-wait reached).
+    RejectWaiters(Vec<Reject>),
     /// Nothing to write. Decide again after `requeue_after` (a timeout may fire) or on the next
     /// watch event.
     Idle {
@@ -285,17 +324,10 @@ pub fn decide(obs: &Observation<'_>) -> Result<Plan, TokenExhausted> {
                 if let Some(a) = &adopt {
                     waiters.retain(|w| w.uid != a.uid);
                 }
-                Decision::CreateLease {
-                    holder: adopt,
-                    floor,
-                }
+                Decision::CreateLease { holder: adopt, floor }
             }
         };
-        return Ok(Plan {
-            decision,
-            holder: None,
-            waiters: names(&waiters),
-        });
+        return Ok(Plan { decision, holder: None, waiters: names(&waiters) });
     };
 
     let released = match holder_state(obs, lease) {
@@ -305,20 +337,17 @@ pub fn decide(obs: &Observation<'_>) -> Result<Plan, TokenExhausted> {
             return Ok(holding(g.clone(), Decision::PatchPod(g), waiters));
         }
         HolderState::StartTimedOut(g) => {
-            let decision = Decision::DeletePod {
-                name: g.name.clone(),
-                uid: g.uid.clone(),
-            };
+            let decision = Decision::DeletePod { name: g.name.clone(), uid: g.uid.clone() };
             return Ok(holding(g, decision, waiters));
         }
         HolderState::Holds(g) => {
-            return Ok(holding(
-                g,
-                Decision::Idle {
-                    requeue_after: next_timeout(obs),
-                },
-                waiters,
-            ));
+            let rejects = rejections(&waiters, &g);
+            let decision = if rejects.is_empty() {
+                Decision::Idle { requeue_after: min_some(next_timeout(obs), next_wait_expiry(&waiters)) }
+            } else {
+                Decision::RejectWaiters(rejects)
+            };
+            return Ok(holding(g, decision, waiters));
         }
     };
 
@@ -331,16 +360,9 @@ pub fn decide(obs: &Observation<'_>) -> Result<Plan, TokenExhausted> {
                 waiters: names(&waiters),
             });
         };
-        let next = waiters
-            .first()
-            .map(|w| grant(w, fencing::next_token(0, floor)))
-            .transpose()?;
+        let next = waiters.first().map(|w| grant(w, fencing::next_token(0, floor))).transpose()?;
         return Ok(Plan {
-            decision: Decision::UpdateLease {
-                holder: next,
-                released,
-                floor: Some(floor),
-            },
+            decision: Decision::UpdateLease { holder: next, released, floor: Some(floor) },
             holder: None,
             waiters: names(&waiters),
         });
@@ -352,54 +374,27 @@ pub fn decide(obs: &Observation<'_>) -> Result<Plan, TokenExhausted> {
             if fencing::needs_reservation(token, obs.ceiling) {
                 reserve(obs.ceiling, token)?
             } else {
-                Decision::UpdateLease {
-                    holder: Some(grant(head, Ok(token))?),
-                    released,
-                    floor: None,
-                }
+                Decision::UpdateLease { holder: Some(grant(head, Ok(token))?), released, floor: None }
             }
         }
-        None if released.is_some() => Decision::UpdateLease {
-            holder: None,
-            released,
-            floor: None,
-        },
-        None => Decision::Idle {
-            requeue_after: None,
-        },
+        None if released.is_some() => Decision::UpdateLease { holder: None, released, floor: None },
+        None => Decision::Idle { requeue_after: None },
     };
-    Ok(Plan {
-        decision,
-        holder: None,
-        waiters: names(&waiters),
-    })
+    Ok(Plan { decision, holder: None, waiters: names(&waiters) })
 }
 
 /// A plan while `holder` keeps the lock: it is never listed among the waiters.
 fn holding(holder: Grant, decision: Decision, mut waiters: Vec<&PodView>) -> Plan {
     waiters.retain(|w| w.uid != holder.uid);
-    Plan {
-        decision,
-        waiters: names(&waiters),
-        holder: Some(holder),
-    }
+    Plan { decision, waiters: names(&waiters), holder: Some(holder) }
 }
 
 fn holder_state(obs: &Observation<'_>, lease: &LeaseView) -> HolderState {
     let Some(h) = &lease.holder else {
         return HolderState::Free;
     };
-    let release = |reason| {
-        HolderState::Released(Release {
-            name: h.name.clone(),
-            token: lease.token,
-            reason,
-        })
-    };
-    let pod = obs
-        .pods
-        .iter()
-        .find(|p| p.name == h.name && Some(&p.uid) == h.uid.as_ref());
+    let release = |reason| HolderState::Released(Release { name: h.name.clone(), token: lease.token, reason });
+    let pod = obs.pods.iter().find(|p| p.name == h.name && Some(&p.uid) == h.uid.as_ref());
     let Some(pod) = pod else {
         return release(ReleaseReason::Gone);
     };
@@ -411,72 +406,73 @@ fn holder_state(obs: &Observation<'_>, lease: &LeaseView) -> HolderState {
     if pod.gated && pod.deleting {
         return release(ReleaseReason::DeletedBeforeStart);
     }
-    let g = Grant {
-        name: pod.name.clone(),
-        uid: pod.uid.clone(),
-        token: lease.token,
-    };
+    let g = Grant { name: pod.name.clone(), uid: pod.uid.clone(), token: lease.token };
     if pod.gated || pod.token != Some(lease.token) {
         return HolderState::NeedsPatch(g);
     }
-    if obs
-        .holder_node_lost_for
-        .is_some_and(|d| d >= obs.settings.node_loss_timeout)
-    {
+    if obs.holder_node_lost_for.is_some_and(|d| d >= obs.settings.node_loss_timeout) {
         return release(ReleaseReason::NodeLost);
     }
     if pod.phase == Phase::Pending
         && !pod.deleting
-        && obs
-            .holder_pending_for
-            .is_some_and(|d| d >= obs.settings.start_timeout)
+        && obs.holder_pending_for.is_some_and(|d| d >= obs.settings.start_timeout)
     {
         return HolderState::StartTimedOut(g);
     }
     HolderState::Holds(g)
 }
 
-/// When the earliest running timeout (start or node loss) of the current holder expires.
-fn next_timeout(obs: &Observation<'_>) -> Option<Duration> {
-    let start = obs
-        .holder_pending_for
-        .map(|d| obs.settings.start_timeout.saturating_sub(d));
-    let node = obs
-        .holder_node_lost_for
-        .map(|d| obs.settings.node_loss_timeout.saturating_sub(d));
-    match (start, node) {
+/// Waiters that give up while `holder` holds: skip policy, or max-wait reached.
+fn rejections(waiters: &[&PodView], holder: &Grant) -> Vec<Reject> {
+    waiters
+        .iter()
+        .filter(|w| w.uid != holder.uid)
+        .filter_map(|w| {
+            let reason = if w.on_busy == BusyPolicy::Skip {
+                RejectReason::LockBusy
+            } else if w.max_wait.zip(w.waiting_for).is_some_and(|(max, waited)| waited >= max) {
+                RejectReason::LockWaitTimeout
+            } else {
+                return None;
+            };
+            Some(Reject { name: w.name.clone(), uid: w.uid.clone(), reason })
+        })
+        .collect()
+}
+
+/// When the first waiter's max-wait runs out.
+fn next_wait_expiry(waiters: &[&PodView]) -> Option<Duration> {
+    waiters.iter().filter_map(|w| w.max_wait.zip(w.waiting_for).map(|(max, waited)| max.saturating_sub(waited))).min()
+}
+
+fn min_some(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
+    match (a, b) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     }
+}
+
+/// When the earliest running timeout (start or node loss) of the current holder expires.
+fn next_timeout(obs: &Observation<'_>) -> Option<Duration> {
+    let start = obs.holder_pending_for.map(|d| obs.settings.start_timeout.saturating_sub(d));
+    let node = obs.holder_node_lost_for.map(|d| obs.settings.node_loss_timeout.saturating_sub(d));
+    min_some(start, node)
 }
 
 /// After a Lease was deleted: the still-running pod with the highest token keeps holding.
 fn adoptable_holder(pods: &[PodView]) -> Option<Grant> {
     pods.iter()
         .filter(|p| !p.gated && !p.is_terminal() && p.node_name.is_some())
-        .filter_map(|p| {
-            p.token.map(|t| Grant {
-                name: p.name.clone(),
-                uid: p.uid.clone(),
-                token: t,
-            })
-        })
+        .filter_map(|p| p.token.map(|t| Grant { name: p.name.clone(), uid: p.uid.clone(), token: t }))
         .max_by_key(|g| g.token)
 }
 
 fn reserve(ceiling: i64, token: i64) -> Result<Decision, TokenExhausted> {
-    Ok(Decision::Reserve {
-        from: ceiling,
-        to: fencing::reserve(ceiling, token)?,
-    })
+    Ok(Decision::Reserve { from: ceiling, to: fencing::reserve(ceiling, token)? })
 }
 
 fn grant(pod: &PodView, token: Result<i64, TokenExhausted>) -> Result<Grant, TokenExhausted> {
-    Ok(Grant {
-        name: pod.name.clone(),
-        uid: pod.uid.clone(),
-        token: token?,
-    })
+    Ok(Grant { name: pod.name.clone(), uid: pod.uid.clone(), token: token? })
 }
 
 fn names(waiters: &[&PodView]) -> Vec<String> {

@@ -3,6 +3,7 @@
 
 pub mod fencing;
 pub mod grant;
+pub mod policy;
 pub mod queue;
 
 /// Annotation on a pod that names the lock it asks for: `leasehold.dev/lock: <lock-name>`.

@@ -16,11 +16,7 @@ pub trait Waiter {
 
 /// Sorts waiters into grant order in place: oldest first, ties broken by name.
 pub fn sort<W: Waiter>(waiters: &mut [W]) {
-    waiters.sort_by(|a, b| {
-        a.created()
-            .cmp(&b.created())
-            .then_with(|| a.name().cmp(b.name()))
-    });
+    waiters.sort_by(|a, b| a.created().cmp(&b.created()).then_with(|| a.name().cmp(b.name())));
 }
 
 impl<W: Waiter> Waiter for &W {

@@ -1,9 +1,8 @@
 use super::*;
+use crate::lock::policy::BusyPolicy;
 
-const SETTINGS: Settings = Settings {
-    start_timeout: Duration::from_secs(300),
-    node_loss_timeout: Duration::from_secs(60),
-};
+const SETTINGS: Settings =
+    Settings { start_timeout: Duration::from_secs(300), node_loss_timeout: Duration::from_secs(60) };
 
 fn pod(name: &str, created: i64) -> PodView {
     PodView {
@@ -15,6 +14,9 @@ fn pod(name: &str, created: i64) -> PodView {
         phase: Phase::Pending,
         deleting: false,
         token: None,
+        on_busy: BusyPolicy::Wait,
+        max_wait: None,
+        waiting_for: None,
     }
 }
 
@@ -30,10 +32,7 @@ fn running(name: &str, created: i64, token: i64) -> PodView {
 
 fn lease(holder: Option<&str>, token: i64) -> LeaseView {
     LeaseView {
-        holder: holder.map(|h| Holder {
-            name: h.into(),
-            uid: Some(format!("uid-{h}")),
-        }),
+        holder: holder.map(|h| Holder { name: h.into(), uid: Some(format!("uid-{h}")) }),
         token,
         floor: 0,
         trusted: true,
@@ -54,37 +53,15 @@ fn obs<'a>(lease: Option<&'a LeaseView>, pods: &'a [PodView]) -> Observation<'a>
 }
 
 fn granted(name: &str, token: i64) -> Option<Grant> {
-    Some(Grant {
-        name: name.into(),
-        uid: format!("uid-{name}"),
-        token,
-    })
+    Some(Grant { name: name.into(), uid: format!("uid-{name}"), token })
 }
 
 #[test]
 fn new_lock_reserves_tokens_before_creating_its_lease() {
-    let o = Observation {
-        ceiling: 0,
-        ..obs(None, &[])
-    };
-    assert_eq!(
-        decide(&o).unwrap().decision,
-        Decision::Reserve {
-            from: 0,
-            to: 1 + fencing::RESERVATION_BLOCK
-        }
-    );
-    let o = Observation {
-        fresh_reservation: Some(0),
-        ..o
-    };
-    assert_eq!(
-        decide(&o).unwrap().decision,
-        Decision::CreateLease {
-            holder: None,
-            floor: 0
-        }
-    );
+    let o = Observation { ceiling: 0, ..obs(None, &[]) };
+    assert_eq!(decide(&o).unwrap().decision, Decision::Reserve { from: 0, to: 1 + fencing::RESERVATION_BLOCK });
+    let o = Observation { fresh_reservation: Some(0), ..o };
+    assert_eq!(decide(&o).unwrap().decision, Decision::CreateLease { holder: None, floor: 0 });
 }
 
 #[test]
@@ -92,33 +69,16 @@ fn free_lock_goes_to_the_oldest_waiter_with_the_next_token() {
     let pods = [pod("late", 30), pod("b", 10), pod("a", 10)];
     let l = lease(None, 4);
     let plan = decide(&obs(Some(&l), &pods)).unwrap();
-    assert_eq!(
-        plan.decision,
-        Decision::UpdateLease {
-            holder: granted("a", 5),
-            released: None,
-            floor: None
-        }
-    );
+    assert_eq!(plan.decision, Decision::UpdateLease { holder: granted("a", 5), released: None, floor: None });
     assert_eq!(plan.waiters, ["a", "b", "late"]);
 }
 
 #[test]
 fn first_grant_starts_above_the_floor() {
     let pods = [pod("a", 1)];
-    let l = LeaseView {
-        floor: 700,
-        ..lease(None, 0)
-    };
+    let l = LeaseView { floor: 700, ..lease(None, 0) };
     let plan = decide(&obs(Some(&l), &pods)).unwrap();
-    assert_eq!(
-        plan.decision,
-        Decision::UpdateLease {
-            holder: granted("a", 701),
-            released: None,
-            floor: None
-        }
-    );
+    assert_eq!(plan.decision, Decision::UpdateLease { holder: granted("a", 701), released: None, floor: None });
 }
 
 #[test]
@@ -126,32 +86,16 @@ fn token_above_the_ceiling_needs_a_reservation_first() {
     let pods = [pod("a", 1)];
     let l = lease(None, 1000);
     let plan = decide(&obs(Some(&l), &pods)).unwrap();
-    assert_eq!(
-        plan.decision,
-        Decision::Reserve {
-            from: 1000,
-            to: 1001 + fencing::RESERVATION_BLOCK
-        }
-    );
+    assert_eq!(plan.decision, Decision::Reserve { from: 1000, to: 1001 + fencing::RESERVATION_BLOCK });
 }
 
 #[test]
 fn status_high_water_mark_is_a_lower_bound() {
     let pods = [pod("a", 1)];
     let l = lease(None, 3);
-    let o = Observation {
-        highest_token: 9,
-        ..obs(Some(&l), &pods)
-    };
+    let o = Observation { highest_token: 9, ..obs(Some(&l), &pods) };
     let plan = decide(&o).unwrap();
-    assert_eq!(
-        plan.decision,
-        Decision::UpdateLease {
-            holder: granted("a", 10),
-            released: None,
-            floor: None
-        }
-    );
+    assert_eq!(plan.decision, Decision::UpdateLease { holder: granted("a", 10), released: None, floor: None });
 }
 
 #[test]
@@ -159,62 +103,26 @@ fn running_holder_keeps_the_lock_and_is_not_a_waiter() {
     let pods = [running("h", 1, 3), pod("w", 2)];
     let l = lease(Some("h"), 3);
     let plan = decide(&obs(Some(&l), &pods)).unwrap();
-    assert_eq!(
-        plan.decision,
-        Decision::Idle {
-            requeue_after: None
-        }
-    );
+    assert_eq!(plan.decision, Decision::Idle { requeue_after: None });
     assert_eq!(plan.holder, granted("h", 3));
     assert_eq!(plan.waiters, ["w"]);
 }
 
 #[test]
 fn terminating_holder_still_holds() {
-    let pods = [
-        PodView {
-            deleting: true,
-            ..running("h", 1, 3)
-        },
-        pod("w", 2),
-    ];
+    let pods = [PodView { deleting: true, ..running("h", 1, 3) }, pod("w", 2)];
     let l = lease(Some("h"), 3);
-    assert_eq!(
-        decide(&obs(Some(&l), &pods)).unwrap().decision,
-        Decision::Idle {
-            requeue_after: None
-        }
-    );
+    assert_eq!(decide(&obs(Some(&l), &pods)).unwrap().decision, Decision::Idle { requeue_after: None });
 }
 
 #[test]
 fn finished_holder_hands_over_in_one_lease_write() {
-    for (phase, reason) in [
-        (Phase::Succeeded, ReleaseReason::Succeeded),
-        (Phase::Failed, ReleaseReason::Failed),
-    ] {
-        let pods = [
-            PodView {
-                phase,
-                ..running("h", 1, 3)
-            },
-            pod("w", 2),
-        ];
+    for (phase, reason) in [(Phase::Succeeded, ReleaseReason::Succeeded), (Phase::Failed, ReleaseReason::Failed)] {
+        let pods = [PodView { phase, ..running("h", 1, 3) }, pod("w", 2)];
         let l = lease(Some("h"), 3);
         let plan = decide(&obs(Some(&l), &pods)).unwrap();
-        let released = Some(Release {
-            name: "h".into(),
-            token: 3,
-            reason,
-        });
-        assert_eq!(
-            plan.decision,
-            Decision::UpdateLease {
-                holder: granted("w", 4),
-                released,
-                floor: None
-            }
-        );
+        let released = Some(Release { name: "h".into(), token: 3, reason });
+        assert_eq!(plan.decision, Decision::UpdateLease { holder: granted("w", 4), released, floor: None });
     }
 }
 
@@ -222,39 +130,18 @@ fn finished_holder_hands_over_in_one_lease_write() {
 fn vanished_holder_without_waiters_frees_the_lock() {
     let l = lease(Some("h"), 3);
     let plan = decide(&obs(Some(&l), &[])).unwrap();
-    let released = Some(Release {
-        name: "h".into(),
-        token: 3,
-        reason: ReleaseReason::Gone,
-    });
-    assert_eq!(
-        plan.decision,
-        Decision::UpdateLease {
-            holder: None,
-            released,
-            floor: None
-        }
-    );
+    let released = Some(Release { name: "h".into(), token: 3, reason: ReleaseReason::Gone });
+    assert_eq!(plan.decision, Decision::UpdateLease { holder: None, released, floor: None });
 }
 
 #[test]
 fn a_new_pod_reusing_the_holders_name_is_not_the_holder() {
-    let pods = [PodView {
-        uid: "other".into(),
-        ..running("h", 1, 3)
-    }];
+    let pods = [PodView { uid: "other".into(), ..running("h", 1, 3) }];
     let l = lease(Some("h"), 3);
     let plan = decide(&obs(Some(&l), &pods)).unwrap();
     assert!(matches!(
         plan.decision,
-        Decision::UpdateLease {
-            holder: None,
-            released: Some(Release {
-                reason: ReleaseReason::Gone,
-                ..
-            }),
-            ..
-        }
+        Decision::UpdateLease { holder: None, released: Some(Release { reason: ReleaseReason::Gone, .. }), .. }
     ));
 }
 
@@ -269,110 +156,40 @@ fn grant_recorded_in_lease_but_pod_still_gated_is_finished() {
 
 #[test]
 fn holder_deleted_before_start_releases() {
-    let pods = [
-        PodView {
-            deleting: true,
-            ..pod("h", 1)
-        },
-        pod("w", 2),
-    ];
+    let pods = [PodView { deleting: true, ..pod("h", 1) }, pod("w", 2)];
     let l = lease(Some("h"), 3);
     let plan = decide(&obs(Some(&l), &pods)).unwrap();
-    let released = Some(Release {
-        name: "h".into(),
-        token: 3,
-        reason: ReleaseReason::DeletedBeforeStart,
-    });
-    assert_eq!(
-        plan.decision,
-        Decision::UpdateLease {
-            holder: granted("w", 4),
-            released,
-            floor: None
-        }
-    );
+    let released = Some(Release { name: "h".into(), token: 3, reason: ReleaseReason::DeletedBeforeStart });
+    assert_eq!(plan.decision, Decision::UpdateLease { holder: granted("w", 4), released, floor: None });
 }
 
 #[test]
 fn start_timeout_deletes_the_pending_holder() {
-    let pods = [PodView {
-        phase: Phase::Pending,
-        node_name: None,
-        ..running("h", 1, 3)
-    }];
+    let pods = [PodView { phase: Phase::Pending, node_name: None, ..running("h", 1, 3) }];
     let l = lease(Some("h"), 3);
-    let o = Observation {
-        holder_pending_for: Some(Duration::from_secs(100)),
-        ..obs(Some(&l), &pods)
-    };
-    assert_eq!(
-        decide(&o).unwrap().decision,
-        Decision::Idle {
-            requeue_after: Some(Duration::from_secs(200))
-        }
-    );
-    let o = Observation {
-        holder_pending_for: Some(Duration::from_secs(300)),
-        ..o
-    };
-    assert_eq!(
-        decide(&o).unwrap().decision,
-        Decision::DeletePod {
-            name: "h".into(),
-            uid: "uid-h".into()
-        }
-    );
+    let o = Observation { holder_pending_for: Some(Duration::from_secs(100)), ..obs(Some(&l), &pods) };
+    assert_eq!(decide(&o).unwrap().decision, Decision::Idle { requeue_after: Some(Duration::from_secs(200)) });
+    let o = Observation { holder_pending_for: Some(Duration::from_secs(300)), ..o };
+    assert_eq!(decide(&o).unwrap().decision, Decision::DeletePod { name: "h".into(), uid: "uid-h".into() });
 }
 
 #[test]
 fn lost_node_hands_the_lock_over_with_a_higher_token() {
     let pods = [running("h", 1, 3), pod("w", 2)];
     let l = lease(Some("h"), 3);
-    let o = Observation {
-        holder_node_lost_for: Some(Duration::from_secs(59)),
-        ..obs(Some(&l), &pods)
-    };
-    assert_eq!(
-        decide(&o).unwrap().decision,
-        Decision::Idle {
-            requeue_after: Some(Duration::from_secs(1))
-        }
-    );
-    let o = Observation {
-        holder_node_lost_for: Some(Duration::from_secs(60)),
-        ..o
-    };
-    let released = Some(Release {
-        name: "h".into(),
-        token: 3,
-        reason: ReleaseReason::NodeLost,
-    });
-    assert_eq!(
-        decide(&o).unwrap().decision,
-        Decision::UpdateLease {
-            holder: granted("w", 4),
-            released,
-            floor: None
-        }
-    );
+    let o = Observation { holder_node_lost_for: Some(Duration::from_secs(59)), ..obs(Some(&l), &pods) };
+    assert_eq!(decide(&o).unwrap().decision, Decision::Idle { requeue_after: Some(Duration::from_secs(1)) });
+    let o = Observation { holder_node_lost_for: Some(Duration::from_secs(60)), ..o };
+    let released = Some(Release { name: "h".into(), token: 3, reason: ReleaseReason::NodeLost });
+    assert_eq!(decide(&o).unwrap().decision, Decision::UpdateLease { holder: granted("w", 4), released, floor: None });
 }
 
 #[test]
 fn pods_that_are_bound_terminal_or_deleting_never_wait() {
     let pods = [
-        PodView {
-            gated: false,
-            node_name: Some("n".into()),
-            ..pod("bound", 1)
-        },
-        PodView {
-            phase: Phase::Succeeded,
-            ..pod("done", 2)
-        },
-        PodView {
-            deleting: true,
-            ..pod("deleting", 3)
-        },
+        PodView { gated: false, node_name: Some("n".into()), ..pod("bound", 1) },
+        PodView { phase: Phase::Succeeded, ..pod("done", 2) },
+        PodView { deleting: true, ..pod("deleting", 3) },
         pod("ok", 4),
     ];
     let l = lease(None, 0);
@@ -383,55 +200,24 @@ fn pods_that_are_bound_terminal_or_deleting_never_wait() {
 #[test]
 fn deleted_lease_is_recreated_above_the_reservation_and_adopts_the_running_holder() {
     let pods = [running("zombie", 1, 2), running("h", 2, 5), pod("w", 3)];
-    let o = Observation {
-        ceiling: 1000,
-        ..obs(None, &pods)
-    };
-    assert_eq!(
-        decide(&o).unwrap().decision,
-        Decision::Reserve {
-            from: 1000,
-            to: 1001 + fencing::RESERVATION_BLOCK
-        }
-    );
-    let o = Observation {
-        fresh_reservation: Some(1000),
-        ..o
-    };
+    let o = Observation { ceiling: 1000, ..obs(None, &pods) };
+    assert_eq!(decide(&o).unwrap().decision, Decision::Reserve { from: 1000, to: 1001 + fencing::RESERVATION_BLOCK });
+    let o = Observation { fresh_reservation: Some(1000), ..o };
     let plan = decide(&o).unwrap();
-    assert_eq!(
-        plan.decision,
-        Decision::CreateLease {
-            holder: granted("h", 5),
-            floor: 1000
-        }
-    );
+    assert_eq!(plan.decision, Decision::CreateLease { holder: granted("h", 5), floor: 1000 });
     assert_eq!(plan.waiters, ["w"]);
 }
 
 #[test]
 fn hand_edited_lease_is_refloored_before_any_grant() {
     let pods = [pod("w", 1)];
-    let l = LeaseView {
-        trusted: false,
-        ..lease(None, 0)
-    };
+    let l = LeaseView { trusted: false, ..lease(None, 0) };
     let o = obs(Some(&l), &pods);
-    assert!(matches!(
-        decide(&o).unwrap().decision,
-        Decision::Reserve { from: 1000, .. }
-    ));
-    let o = Observation {
-        fresh_reservation: Some(1000),
-        ..o
-    };
+    assert!(matches!(decide(&o).unwrap().decision, Decision::Reserve { from: 1000, .. }));
+    let o = Observation { fresh_reservation: Some(1000), ..o };
     assert_eq!(
         decide(&o).unwrap().decision,
-        Decision::UpdateLease {
-            holder: granted("w", 1001),
-            released: None,
-            floor: Some(1000)
-        }
+        Decision::UpdateLease { holder: granted("w", 1001), released: None, floor: Some(1000) }
     );
 }
 
@@ -441,12 +227,52 @@ fn holder_with_a_uid_less_lease_entry_is_released() {
     let mut l = lease(Some("h"), 3);
     l.holder.as_mut().unwrap().uid = None;
     let plan = decide(&obs(Some(&l), &pods)).unwrap();
-    assert!(matches!(
+    assert!(matches!(plan.decision, Decision::UpdateLease { holder: None, released: Some(_), .. }));
+}
+
+#[test]
+fn skip_waiters_give_up_while_the_lock_is_held() {
+    let pods = [running("h", 1, 3), PodView { on_busy: BusyPolicy::Skip, ..pod("skipper", 2) }, pod("patient", 3)];
+    let l = lease(Some("h"), 3);
+    let plan = decide(&obs(Some(&l), &pods)).unwrap();
+    assert_eq!(
         plan.decision,
-        Decision::UpdateLease {
-            holder: None,
-            released: Some(_),
-            ..
-        }
-    ));
+        Decision::RejectWaiters(vec![Reject {
+            name: "skipper".into(),
+            uid: "uid-skipper".into(),
+            reason: RejectReason::LockBusy
+        }])
+    );
+}
+
+#[test]
+fn skip_waiter_at_the_head_of_a_free_lock_is_granted() {
+    let pods = [PodView { on_busy: BusyPolicy::Skip, ..pod("skipper", 1) }];
+    let l = lease(None, 0);
+    let plan = decide(&obs(Some(&l), &pods)).unwrap();
+    assert_eq!(plan.decision, Decision::UpdateLease { holder: granted("skipper", 1), released: None, floor: None });
+}
+
+#[test]
+fn max_wait_gives_up_after_the_limit_and_requeues_until_then() {
+    let wait = |secs| PodView {
+        max_wait: Some(Duration::from_secs(60)),
+        waiting_for: Some(Duration::from_secs(secs)),
+        ..pod("w", 2)
+    };
+    let l = lease(Some("h"), 3);
+    let pods = [running("h", 1, 3), wait(45)];
+    assert_eq!(
+        decide(&obs(Some(&l), &pods)).unwrap().decision,
+        Decision::Idle { requeue_after: Some(Duration::from_secs(15)) }
+    );
+    let pods = [running("h", 1, 3), wait(60)];
+    assert_eq!(
+        decide(&obs(Some(&l), &pods)).unwrap().decision,
+        Decision::RejectWaiters(vec![Reject {
+            name: "w".into(),
+            uid: "uid-w".into(),
+            reason: RejectReason::LockWaitTimeout
+        }])
+    );
 }
