@@ -318,12 +318,24 @@ EOF
   # on machines that have none. --authorization-mode=RBAC: the Node authorizer is only useful with
   # real kubelets. Service-account issuer + signing key are mandatory since 1.20; the verifying
   # key is the public half. (No --cert-dir: it is ignored when --tls-cert-file is given.)
+  # --endpoint-reconciler-type=none: the default "lease" reconciler publishes the advertise
+  # address as the endpoint of Service default/kubernetes, and 1.37 refuses to start with a
+  # loopback one ("cannot use public IP 127.0.0.1 with endpoint reconciler ... may not be in the
+  # loopback range"). Nothing runs in-cluster here, so that Service keeps no endpoints.
+  # --requestheader-*: as kubeadm sets them. Without a requestheader CA in the
+  # kube-system/extension-apiserver-authentication ConfigMap, the delegated authentication of
+  # kube-controller-manager and kube-scheduler logs "missing content for CA bundle
+  # requestheader-client-ca-file" over and over. No front-proxy-client cert is issued, so no one
+  # can actually authenticate through these headers.
   start kube-apiserver "$bin/kube-apiserver" \
     --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
     --bind-address=127.0.0.1 --secure-port="$APISERVER_PORT" \
-    --advertise-address=127.0.0.1 \
+    --advertise-address=127.0.0.1 --endpoint-reconciler-type=none \
     --tls-cert-file="$pki/apiserver.crt" --tls-private-key-file="$pki/apiserver.key" \
     --client-ca-file="$pki/ca.crt" \
+    --requestheader-client-ca-file="$pki/ca.crt" --requestheader-allowed-names=front-proxy-client \
+    --requestheader-username-headers=X-Remote-User --requestheader-group-headers=X-Remote-Group \
+    --requestheader-extra-headers-prefix=X-Remote-Extra- \
     --authorization-mode=RBAC \
     --service-account-issuer=https://kubernetes.default.svc.cluster.local \
     --service-account-signing-key-file="$pki/sa.key" \
@@ -357,14 +369,19 @@ EOF
   # ~/.kwok/kwok.yaml first if it exists (kwok pkg/config/flags.go), which would leak a
   # developer's own stages into the tests. --cidr: pod IPs (the default 10.0.0.0/24 collides with
   # the service range). --node-ip: the InternalIP/hostIP written into node and pod status.
-  # --server-address: its HTTP server (/healthz), on a free port (default would be 10247 in kwokctl).
+  # --server-address: its HTTP server (/healthz), on a free port (kwokctl uses 10247).
+  # --node-lease-duration-seconds=40: the flag defaults to 0 in standalone kwok, which turns node
+  # Leases off (the 40 s default only exists in kwokctl's configuration); without Leases the only
+  # heartbeat is the 10-minute status stage and the node-lifecycle controller marks the nodes
+  # NotReady after --node-monitor-grace-period. kwok renews every 40/4 = 10 s, like a kubelet.
   start kwok env HOME="$dir/kwok-home" "$bin/kwok" \
     --kubeconfig="$kc" \
     --config="$here/harness/kwok-stages.yaml" \
     --manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake \
     --cidr=10.244.0.0/16 \
     --node-ip=127.0.0.1 \
-    --server-address="127.0.0.1:$KWOK_PORT"
+    --server-address="127.0.0.1:$KWOK_PORT" \
+    --node-lease-duration-seconds=40
 
   wait_for kube-controller-manager "kube-controller-manager /healthz" probe kube-controller-manager
   wait_for kube-scheduler "kube-scheduler /healthz" probe kube-scheduler

@@ -25,6 +25,8 @@ use crate::lock::policy;
 use crate::lock::{LOCK_ANNOTATION, SCHEDULING_GATE, TOKEN_ANNOTATION};
 use crate::metrics::Metrics;
 
+/// Field manager of `status.tokenCeiling` (the only field the reservation patch writes).
+const TOKEN_FIELD_MANAGER: &str = "leasehold.dev/tokens";
 /// Most writes one reconcile does before handing back to the controller (reserve, create,
 /// grant, patch pod, status). A loop that does not settle is a bug; this bounds its cost.
 const MAX_STEPS: usize = 8;
@@ -268,8 +270,8 @@ async fn reserve_tokens(api: &Api<DistributedLock>, lock: &DistributedLock, to: 
         "metadata": { "resourceVersion": lock.resource_version() },
         "status": { "tokenCeiling": to },
     });
-    call("reserve fencing tokens", api.patch_status(&lock.name_any(), &PatchParams::default(), &Patch::Merge(&patch)))
-        .await
+    let pp = PatchParams { field_manager: Some(TOKEN_FIELD_MANAGER.into()), ..PatchParams::default() };
+    call("reserve fencing tokens", api.patch_status(&lock.name_any(), &pp, &Patch::Merge(&patch))).await
 }
 
 /// Second write of a grant: the token annotation and the removal of the scheduling gate, with
@@ -414,20 +416,25 @@ async fn patch_status_view(
     lock: &DistributedLock,
     status: &DistributedLockStatus,
 ) -> Result<()> {
-    let mut value = serde_json::to_value(status).map_err(|_| Error::MissingField("status"))?;
+    // Server-side apply under our own field manager: fields we stop sending (a holder that left,
+    // an empty queue) are removed; conditions owned by other managers (the workload
+    // controller's `Degraded`) and `tokenCeiling` (owned by the reservation patch) are untouched.
+    let mut status = status.clone();
+    status.conditions.retain(|c| c.type_ == condition::READY || c.type_ == condition::HELD);
+    let mut value = serde_json::to_value(&status).map_err(|_| Error::MissingField("status"))?;
     if let Some(obj) = value.as_object_mut() {
         obj.remove("tokenCeiling");
-        for key in ["holder", "waiters", "leaseName"] {
-            obj.entry(key).or_insert(serde_json::Value::Null);
-        }
     }
-    let patch = json!({ "status": value });
-    call(
-        "patch DistributedLock status",
-        api.patch_status(&lock.name_any(), &PatchParams::default(), &Patch::Merge(&patch)),
-    )
-    .await
-    .map(|_| ())
+    let patch = json!({
+        "apiVersion": "leasehold.dev/v1alpha1",
+        "kind": "DistributedLock",
+        "metadata": { "name": lock.name_any() },
+        "status": value,
+    });
+    let pp = PatchParams::apply(super::CONTROLLER_NAME).force();
+    call("apply DistributedLock status", api.patch_status(&lock.name_any(), &pp, &Patch::Apply(&patch)))
+        .await
+        .map(|_| ())
 }
 
 async fn report_foreign_lease(api: &Api<DistributedLock>, lock: &DistributedLock, ctx: &Context) -> Result<Action> {

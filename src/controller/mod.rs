@@ -3,6 +3,7 @@
 
 mod distributed_lock;
 mod pod;
+pub mod workload;
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -166,6 +167,10 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
         })
         .shutdown_on_signal();
 
+    let cronjobs = workload_controller::<k8s_openapi::api::batch::v1::CronJob>(&client, ns, ctx.clone());
+    let deployments = workload_controller::<k8s_openapi::api::apps::v1::Deployment>(&client, ns, ctx.clone());
+    let statefulsets = workload_controller::<k8s_openapi::api::apps::v1::StatefulSet>(&client, ns, ctx.clone());
+
     let pod_ctrl = Controller::for_shared_stream(pods_for_pods, pods.clone()).shutdown_on_signal();
 
     let admin = tokio::spawn(admin::serve(args.admin_addr, admin_state.clone()));
@@ -199,11 +204,23 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
     let pod_ctx = Arc::new(pod::PodContext { ctx: ctx.clone(), locks: locks_for_pods, warned: Mutex::default() });
     let pod_loop = pod_ctrl.run(pod::reconcile, pod::error_policy, pod_ctx).for_each(|_| future::ready(()));
     tokio::select! {
-        _ = futures::future::join(lock_loop, pod_loop) => {}
+        _ = futures::future::join5(lock_loop, pod_loop, cronjobs, deployments, statefulsets) => {}
         r = admin => { r??; }
     }
     tracing::info!("shut down");
     Ok(())
+}
+
+/// A controller for one singleton-workload kind, as a future that runs until shutdown.
+fn workload_controller<W: workload::Workload>(
+    client: &Client,
+    ns: Option<&str>,
+    ctx: Arc<Context>,
+) -> impl std::future::Future<Output = ()> + Send {
+    Controller::new(api::<W>(client, ns), watcher::Config::default())
+        .shutdown_on_signal()
+        .run(workload::reconcile::<W>, workload::error_policy::<W>, ctx)
+        .for_each(|_| future::ready(()))
 }
 
 /// Drives a reflector stream on its own task, logging watch errors (the backoff retries them).
