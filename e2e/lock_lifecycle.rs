@@ -24,7 +24,7 @@ async fn gated_pods_get_the_lock_one_at_a_time_in_order_with_increasing_tokens()
     ns.start_operator(&[]);
     let first = wait_pod(&ns, "first", "granted", |p| !is_gated(p)).await;
     assert!(token_of(&first).is_some(), "granted pod carries the token annotation");
-    let second = wait_pod(&ns, "second", "still gated while first runs", |p| is_gated(p)).await;
+    let second = wait_pod(&ns, "second", "still gated while first runs", is_gated).await;
     assert!(token_of(&second).is_none());
     wait_pod(&ns, "third", "Succeeded", |p| phase(p) == "Succeeded").await;
 

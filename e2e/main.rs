@@ -5,4 +5,5 @@
 mod cluster_smoke;
 mod lock_lifecycle;
 mod lock_safety;
+mod singleton;
 mod support;

@@ -154,6 +154,18 @@ impl TestNs {
         self.api::<Pod>().create(&PostParams::default(), &pod).await.expect("create pod")
     }
 
+    /// Runs the harness's `kubectl` in the test namespace; panics with its stderr on failure.
+    pub fn kubectl(&self, args: &[&str]) -> String {
+        let out = Command::new(kubectl())
+            .env("KUBECONFIG", &self.kubeconfig)
+            .args(["-n", &self.ns])
+            .args(args)
+            .output()
+            .expect("run kubectl");
+        assert!(out.status.success(), "kubectl {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
     /// Deletes the namespace (everything in it goes with it).
     pub async fn cleanup(self) {
         let nss: Api<Namespace> = Api::all(self.client.clone());

@@ -1,0 +1,268 @@
+//! Singleton workloads by annotation, with the real CronJob, Job and Deployment controllers.
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::batch::v1::{CronJob, Job};
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use leasehold::crd::DistributedLock;
+use serde_json::{Value, json};
+
+use crate::support::{TestNs, WAIT, is_gated, phase, snapshot, token_of, wait_pod, wait_until, watch_holders};
+
+fn cronjob(name: &str, annotations: Value, run_for: &str) -> CronJob {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "annotations": annotations},
+        "spec": {
+            "schedule": "*/1 * * * *",
+            "concurrencyPolicy": "Forbid",
+            "jobTemplate": {"spec": {"backoffLimit": 0, "template": {
+                "metadata": {"annotations": {"pod-complete.stage.kwok.x-k8s.io/delay": run_for}},
+                "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 1,
+                         "containers": [{"name": "task", "image": "busybox"}]},
+            }}},
+        },
+    }))
+    .unwrap()
+}
+
+/// Waits until the operator has put the claim into the CronJob's pod template.
+async fn wait_claimed(ns: &TestNs, name: &str) {
+    let api = ns.api::<CronJob>();
+    wait_until("claim in the CronJob's pod template", WAIT, || async {
+        api.get(name).await.ok().is_some_and(|cj| {
+            let t = cj.spec.job_template.spec.unwrap().template;
+            let gated = t
+                .spec
+                .and_then(|s| s.scheduling_gates)
+                .is_some_and(|g| g.iter().any(|g| g.name == "leasehold.dev/lock"));
+            gated && t.metadata.and_then(|m| m.annotations).is_some_and(|a| a.contains_key("leasehold.dev/lock"))
+        })
+    })
+    .await;
+}
+
+async fn pods_of_job(ns: &TestNs, job: &str) -> Vec<Pod> {
+    ns.api::<Pod>().list(&ListParams::default().labels(&format!("job-name={job}"))).await.unwrap().items
+}
+
+async fn wait_job_pod(ns: &TestNs, job: &str, what: &str, cond: impl Fn(&Pod) -> bool) -> Pod {
+    let found = std::sync::Mutex::new(None);
+    wait_until(&format!("pod of job {job}: {what}"), WAIT * 3, || async {
+        let pods = pods_of_job(ns, job).await;
+        let hit = pods.into_iter().find(|p| cond(p));
+        let ok = hit.is_some();
+        *found.lock().unwrap() = hit;
+        ok
+    })
+    .await;
+    found.into_inner().unwrap().unwrap()
+}
+
+#[tokio::test]
+async fn manual_runs_of_a_singleton_cronjob_run_one_at_a_time_in_creation_order() {
+    let mut ns = TestNs::new("cronmanual").await;
+    let log = watch_holders(&ns);
+    ns.start_operator(&[]);
+    ns.api::<CronJob>()
+        .create(&PostParams::default(), &cronjob("report", json!({"leasehold.dev/singleton": "true"}), "3s"))
+        .await
+        .unwrap();
+    wait_claimed(&ns, "report").await;
+    let lock = ns.api::<DistributedLock>().get("report").await.expect("lock created for the CronJob");
+    assert!(lock.owner_references().iter().any(|o| o.kind == "CronJob" && o.name == "report"));
+    for i in 0..3 {
+        ns.kubectl(&["create", "job", &format!("manual-{i}"), "--from=cronjob/report"]);
+        tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    }
+    for i in 0..3 {
+        wait_job_pod(&ns, &format!("manual-{i}"), "Succeeded", |p| phase(p) == "Succeeded").await;
+    }
+    let log = snapshot(&log);
+    assert!(log.overlaps.is_empty(), "two pods past the gate at once: {:?}", log.overlaps);
+    let manual: Vec<&(String, i64)> = log.grants.iter().filter(|(n, _)| n.starts_with("manual-")).collect();
+    let order: Vec<String> = manual.iter().map(|(n, _)| n.rsplit_once('-').unwrap().0.to_string()).collect();
+    assert_eq!(order, ["manual-0", "manual-1", "manual-2"], "creation order");
+    let tokens: Vec<i64> = log.grants.iter().map(|(_, t)| *t).collect();
+    assert!(tokens.windows(2).all(|w| w[0] < w[1]), "tokens increase in grant order: {tokens:?}");
+    ns.cleanup().await;
+}
+
+#[tokio::test]
+async fn two_cronjobs_sharing_a_lock_are_serialized() {
+    let mut ns = TestNs::new("cronshared").await;
+    let log = watch_holders(&ns);
+    ns.start_operator(&[]);
+    let cjs = ns.api::<CronJob>();
+    for name in ["left", "right"] {
+        cjs.create(&PostParams::default(), &cronjob(name, json!({"leasehold.dev/lock": "shared"}), "3s"))
+            .await
+            .unwrap();
+        wait_claimed(&ns, name).await;
+    }
+    let lock = ns.api::<DistributedLock>().get("shared").await.expect("shared lock created");
+    assert!(lock.owner_references().is_empty(), "a shared lock belongs to no single CronJob");
+    ns.kubectl(&["create", "job", "left-run", "--from=cronjob/left"]);
+    ns.kubectl(&["create", "job", "right-run", "--from=cronjob/right"]);
+    wait_job_pod(&ns, "left-run", "Succeeded", |p| phase(p) == "Succeeded").await;
+    wait_job_pod(&ns, "right-run", "Succeeded", |p| phase(p) == "Succeeded").await;
+    let log = snapshot(&log);
+    assert!(log.overlaps.is_empty(), "two pods past the gate at once: {:?}", log.overlaps);
+    assert!(log.grants.len() >= 2);
+    ns.cleanup().await;
+}
+
+#[tokio::test]
+async fn replacement_job_pod_waits_until_the_terminating_pod_is_gone() {
+    let mut ns = TestNs::new("replacement").await;
+    let log = watch_holders(&ns);
+    ns.create_lock("l", json!({})).await;
+    ns.start_operator(&[]);
+    let job: Job = serde_json::from_value(json!({
+        "metadata": {"name": "work"},
+        "spec": {"backoffLimit": 3, "template": {
+            "metadata": {"annotations": {"leasehold.dev/lock": "l", "pod-complete.stage.kwok.x-k8s.io/delay": "600s"}},
+            "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 8,
+                     "schedulingGates": [{"name": "leasehold.dev/lock"}],
+                     "containers": [{"name": "task", "image": "busybox"}]},
+        }},
+    }))
+    .unwrap();
+    ns.api::<Job>().create(&PostParams::default(), &job).await.unwrap();
+    let first = wait_job_pod(&ns, "work", "running", |p| !is_gated(p) && phase(p) == "Running").await;
+    let first_token = token_of(&first).unwrap();
+    ns.api::<Pod>().delete(&first.name_any(), &DeleteParams::default()).await.unwrap();
+    // The Job controller replaces it at once; the replacement must wait at the gate.
+    let replacement = wait_job_pod(&ns, "work", "replacement created", |p| p.uid() != first.uid()).await;
+    assert!(is_gated(&ns.api::<Pod>().get(&replacement.name_any()).await.unwrap()), "replacement waits");
+    let granted = wait_pod(&ns, &replacement.name_any(), "granted", |p| !is_gated(p)).await;
+    assert!(ns.api::<Pod>().get_opt(&first.name_any()).await.unwrap().is_none(), "old pod gone before the grant");
+    assert_eq!(token_of(&granted), Some(first_token + 1));
+    let log = snapshot(&log);
+    assert!(log.overlaps.is_empty(), "terminating pod and replacement overlapped: {:?}", log.overlaps);
+    ns.cleanup().await;
+}
+
+#[tokio::test]
+async fn skip_policy_fails_a_run_that_finds_the_lock_busy_and_max_wait_bounds_waiting() {
+    let mut ns = TestNs::new("skip").await;
+    ns.start_operator(&[]);
+    let cjs = ns.api::<CronJob>();
+    let skip = json!({"leasehold.dev/singleton": "true", "leasehold.dev/on-busy": "skip"});
+    cjs.create(&PostParams::default(), &cronjob("nightly", skip, "600s")).await.unwrap();
+    wait_claimed(&ns, "nightly").await;
+    ns.kubectl(&["create", "job", "run-1", "--from=cronjob/nightly"]);
+    wait_job_pod(&ns, "run-1", "holding", |p| !is_gated(p)).await;
+    ns.kubectl(&["create", "job", "run-2", "--from=cronjob/nightly"]);
+    let skipped = wait_job_pod(&ns, "run-2", "Failed", |p| phase(p) == "Failed").await;
+    assert_eq!(skipped.status.as_ref().unwrap().reason.as_deref(), Some("LockBusy"));
+    assert!(token_of(&skipped).is_none(), "a skipped run never holds the lock");
+
+    // max-wait on a plain pod.
+    let mut waiter = crate::support::gated_pod("patient", "nightly", "1s");
+    waiter.metadata.annotations.as_mut().unwrap().insert("leasehold.dev/max-wait".into(), "3s".into());
+    ns.create_pod(waiter).await;
+    let p = wait_pod(&ns, "patient", "Failed after max-wait", |p| phase(p) == "Failed").await;
+    assert_eq!(p.status.unwrap().reason.as_deref(), Some("LockWaitTimeout"));
+    let lock = ns.api::<DistributedLock>().get("nightly").await.unwrap();
+    assert_eq!(lock.status.unwrap().waiting, 0, "a waiter that gave up frees its place");
+    ns.cleanup().await;
+}
+
+#[tokio::test]
+async fn removing_the_annotation_removes_the_claim_and_the_owned_lock() {
+    let mut ns = TestNs::new("unclaim").await;
+    ns.start_operator(&[]);
+    let cjs = ns.api::<CronJob>();
+    cjs.create(&PostParams::default(), &cronjob("tidy", json!({"leasehold.dev/singleton": "true"}), "1s"))
+        .await
+        .unwrap();
+    wait_claimed(&ns, "tidy").await;
+    let patch = json!({"metadata": {"annotations": {"leasehold.dev/singleton": null}}});
+    cjs.patch("tidy", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    wait_until("claim removed from the template", WAIT, || async {
+        cjs.get("tidy").await.ok().is_some_and(|cj| {
+            let t = cj.spec.job_template.spec.unwrap().template;
+            let gated = t.spec.and_then(|s| s.scheduling_gates).is_some_and(|g| !g.is_empty());
+            let annotated =
+                t.metadata.and_then(|m| m.annotations).is_some_and(|a| a.contains_key("leasehold.dev/lock"));
+            !gated && !annotated
+        })
+    })
+    .await;
+    let locks = ns.api::<DistributedLock>();
+    wait_until("owned lock deleted", WAIT, || async { locks.get_opt("tidy").await.ok().flatten().is_none() }).await;
+    // The user's own template fields are untouched.
+    let cj = cjs.get("tidy").await.unwrap();
+    let t = cj.spec.job_template.spec.unwrap().template;
+    assert_eq!(
+        t.metadata.unwrap().annotations.unwrap().get("pod-complete.stage.kwok.x-k8s.io/delay").map(String::as_str),
+        Some("1s")
+    );
+    ns.cleanup().await;
+}
+
+fn deployment(name: &str, strategy: Value) -> Deployment {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "annotations": {"leasehold.dev/singleton": "true"}},
+        "spec": {
+            "replicas": 1,
+            "strategy": strategy,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"terminationGracePeriodSeconds": 6, "containers": [{"name": "srv", "image": "busybox"}]},
+            },
+        },
+    }))
+    .unwrap()
+}
+
+#[tokio::test]
+async fn singleton_deployment_replacement_waits_and_rolling_update_deadlock_is_reported() {
+    let mut ns = TestNs::new("deploy").await;
+    let log = watch_holders(&ns);
+    ns.start_operator(&[]);
+    let deps = ns.api::<Deployment>();
+    deps.create(&PostParams::default(), &deployment("svc", json!({"type": "Recreate"}))).await.unwrap();
+    let pods = ns.api::<Pod>();
+    let holder = {
+        let found = std::sync::Mutex::new(None);
+        wait_until("a singleton pod holds the lock", WAIT, || async {
+            let list = pods.list(&ListParams::default().labels("app=svc")).await.unwrap().items;
+            let hit = list.into_iter().find(|p| !is_gated(p) && token_of(p).is_some() && phase(p) == "Running");
+            let ok = hit.is_some();
+            *found.lock().unwrap() = hit;
+            ok
+        })
+        .await;
+        found.into_inner().unwrap().unwrap()
+    };
+    pods.delete(&holder.name_any(), &DeleteParams::default()).await.unwrap();
+    wait_until("replacement granted", WAIT, || async {
+        let list = pods.list(&ListParams::default().labels("app=svc")).await.unwrap().items;
+        list.iter().any(|p| p.uid() != holder.uid() && !is_gated(p))
+    })
+    .await;
+    assert!(
+        pods.get_opt(&holder.name_any()).await.unwrap().is_none(),
+        "old pod gone before the replacement was granted"
+    );
+    let lock = ns.api::<DistributedLock>().get("svc").await.unwrap();
+    let degraded = lock.status.unwrap().conditions.into_iter().find(|c| c.type_ == "Degraded");
+    assert!(degraded.is_none_or(|c| c.status == "False"), "Recreate does not deadlock");
+
+    deps.create(&PostParams::default(), &deployment("rolling", json!({}))).await.unwrap();
+    let locks = ns.api::<DistributedLock>();
+    wait_until("Degraded=True on the lock", WAIT, || async {
+        locks.get_opt("rolling").await.ok().flatten().and_then(|l| l.status).is_some_and(|s| {
+            s.conditions
+                .iter()
+                .any(|c| c.type_ == "Degraded" && c.status == "True" && c.reason == "RollingUpdateDeadlock")
+        })
+    })
+    .await;
+    let log = snapshot(&log);
+    assert!(log.overlaps.is_empty(), "{:?}", log.overlaps);
+    ns.cleanup().await;
+}
