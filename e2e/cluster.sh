@@ -20,7 +20,7 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-# Start order; `down` stops them in reverse.
+# In start order (stop_all stops them the other way round).
 components=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok)
 timeout=${LEASEHOLD_UP_TIMEOUT:-120}
 
@@ -44,7 +44,7 @@ live_pid() {
   f=$(pidfile "$1")
   [ -s "$f" ] || return 1
   pid=$(<"$f")
-  kill -0 "$pid" 2>/dev/null || return 1
+  alive "$pid" || return 1
   exe=$(tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null | head -n1) || return 1
   [ "$(basename -- "$exe")" = "$1" ] || return 1
   echo "$pid"
@@ -57,47 +57,75 @@ live_pid() {
 start() {
   local comp=$1; shift
   log "starting $comp"
-  setsid "$@" </dev/null >>"$dir/logs/$comp.log" 2>&1 &
+  setsid "$@" </dev/null >>"$dir/logs/$comp.log" 2>&1 9>&- & # 9: the lock fd, see lock()
   echo $! >"$(pidfile "$comp")"
+  disown $! # not our job any more: no "Killed" notice if `up` has to stop it
 }
 
-# Stops every tracked process: SIGTERM to all, then SIGKILL to what is left after 10 s, then waits
-# until all are gone. Each component leads its own process group (setsid), so the group is
-# signalled, which would also catch any child it had spawned.
+# True while a process exists and is not a zombie. The components are orphans reparented to PID 1
+# once `up` returns, and some inits (this sandbox's, for one) reap them only seconds after they
+# exit; kill -0 alone would count those zombies as running.
+alive() {
+  local state
+  state=$(sed -n 's/^.*) \(.\).*/\1/p' "/proc/$1/stat" 2>/dev/null) || return 1
+  [ -n "$state" ] && [ "$state" != Z ]
+}
+
+# Stops every tracked process: SIGTERM, then SIGKILL to what is left after 10 s, then waits until
+# all are gone. The clients of etcd go first and etcd last: an apiserver that loses etcd while it
+# shuts down (or while it is still starting) can hang until the SIGKILL. Each component leads its
+# own process group (setsid), so the group is signalled, which would also catch any child.
 stop_all() {
-  local comp pid pids=() i
-  for ((i = ${#components[@]} - 1; i >= 0; i--)); do
-    comp=${components[i]}
+  local stopped=() left=() i pid
+  stop_some kwok kube-scheduler kube-controller-manager kube-apiserver
+  stop_some etcd
+  # All have exited; give init up to 5 s more to reap them, so that a `pgrep` right after `down`
+  # does not see their zombies. (Not fatal: a zombie holds no port, file or memory.)
+  for ((i = 0; i < 50; i++)); do
+    left=()
+    for pid in "${stopped[@]}"; do [ -e "/proc/$pid" ] && left+=("$pid"); done
+    [ ${#left[@]} -eq 0 ] && return 0
+    sleep 0.1
+  done
+}
+
+# stop_some <component...>: stops those components (see stop_all), appending their pids to $stopped.
+stop_some() {
+  local comp pid pids=() left=()
+  for comp in "$@"; do
     if pid=$(live_pid "$comp"); then
       log "stopping $comp (pid $pid)"
       kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
       pids+=("$pid")
     fi
-    rm -f "$(pidfile "$comp")"
   done
-  [ ${#pids[@]} -gt 0 ] || return 0
-  for ((i = 0; i < 100; i++)); do # 10 s
-    alive=()
-    for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && alive+=("$pid"); done
-    [ ${#alive[@]} -eq 0 ] && return 0
+  if [ ${#pids[@]} -gt 0 ] && ! wait_exit 100 "${pids[@]}"; then # 10 s
+    log "still running after 10 s, sending SIGKILL: ${left[*]}"
+    for pid in "${left[@]}"; do kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true; done
+    wait_exit 100 "${pids[@]}" || die "processes survived SIGKILL: ${left[*]}"
+  fi
+  for comp in "$@"; do rm -f "$(pidfile "$comp")"; done
+  stopped+=("${pids[@]}")
+}
+
+# wait_exit <tenths of a second> <pid...>: true once none is alive; else false, with the ones
+# still alive in $left.
+wait_exit() {
+  local n=$1 i pid; shift
+  for ((i = 0; i < n; i++)); do
+    left=()
+    for pid in "$@"; do alive "$pid" && left+=("$pid"); done
+    [ ${#left[@]} -eq 0 ] && return 0
     sleep 0.1
   done
-  log "still running after 10 s, sending SIGKILL: ${alive[*]}"
-  for pid in "${alive[@]}"; do kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true; done
-  for ((i = 0; i < 100; i++)); do
-    alive=()
-    for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && alive+=("$pid"); done
-    [ ${#alive[@]} -eq 0 ] && return 0
-    sleep 0.1
-  done
-  die "processes survived SIGKILL: ${alive[*]}"
+  return 1
 }
 
 # ---------------------------------------------------------------------------------------------
 # Health
 
-# Health endpoint of each component (all but etcd and kwok need the admin client cert: they sit
-# behind delegated authn/z; /healthz, /readyz, /livez are in --authorization-always-allow-paths).
+# Health endpoint of each component. kube-controller-manager and kube-scheduler answer /healthz
+# without credentials (it is in their --authorization-always-allow-paths default).
 probe() {
   local comp=$1
   # shellcheck disable=SC1091
@@ -129,20 +157,20 @@ check_status() {
 }
 
 # wait_for <component whose log explains failures> <description> <command...>
-# Polls the command every 0.5 s until it succeeds; fails after $timeout s, or at once if the
+# Polls the command every 0.25 s until it succeeds; fails after $timeout s, or at once if the
 # component's process died, printing the tail of its log.
 wait_for() {
   local comp=$1 what=$2; shift 2
-  local deadline=$((SECONDS + timeout))
-  log "waiting for $what"
+  local deadline=$((SECONDS + timeout)) said=false
   until "$@" >/dev/null 2>&1; do
+    $said || { log "waiting for $what"; said=true; }
     if ! live_pid "$comp" >/dev/null; then
       fail "$comp exited while waiting for $what" "$comp"
     fi
     if ((SECONDS >= deadline)); then
       fail "timed out after ${timeout}s waiting for $what" "$comp"
     fi
-    sleep 0.5
+    sleep 0.25
   done
 }
 
@@ -270,12 +298,17 @@ nodes_ready() {
 
 cmd_up() {
   if [ -d "$dir" ]; then
-    if check_status >/dev/null 2>&1; then
+    local comp all_live=true
+    for comp in "${components[@]}"; do live_pid "$comp" >/dev/null || all_live=false; done
+    if $all_live && [ -s "$dir/bin-dir" ]; then
+      # Running: just make sure it is (still) healthy, e.g. when a second `up` races a first.
+      bin=$(<"$dir/bin-dir")
+      for comp in "${components[@]}"; do wait_for "$comp" "$comp health" probe "$comp"; done
       log "already up"
       cmd_env
       return 0
     fi
-    log "found a stale or unhealthy run directory; cleaning it up first"
+    log "found a stale run directory (some component is not running); cleaning it up first"
     stop_all
     rm -rf "$dir"
   fi
@@ -344,10 +377,12 @@ EOF
     --allow-privileged=true
   wait_for kube-apiserver "kube-apiserver /readyz" probe kube-apiserver
 
-  # kube-controller-manager with every default controller. It talks to the apiserver as admin but
-  # --use-service-account-credentials makes each controller use its own kube-system
-  # ServiceAccount, i.e. the bootstrap RBAC roles a real cluster has. --root-ca-file feeds the
-  # kube-root-ca.crt ConfigMaps; --service-account-private-key-file the legacy token Secrets.
+  # kube-controller-manager with every default controller, as admin (system:masters, like
+  # kwokctl). No --use-service-account-credentials: with it each controller first gets its own
+  # kube-system ServiceAccount and token, one after the other, which made `up` take 11 s instead
+  # of 6-7 s here; the controllers' RBAC is not what these tests are about.
+  # --root-ca-file feeds the kube-root-ca.crt ConfigMaps; --service-account-private-key-file the
+  # legacy token Secrets.
   # Node monitor period/grace: kwokctl's defaults (5 s / 40 s), faster than upstream's 5 s / 50 s.
   # --authentication/authorization-kubeconfig: delegated authn/z for its own HTTPS port.
   start kube-controller-manager "$bin/kube-controller-manager" \
@@ -355,7 +390,6 @@ EOF
     --bind-address=127.0.0.1 --secure-port="$KCM_PORT" \
     --leader-elect=false \
     --controllers='*' \
-    --use-service-account-credentials=true \
     --root-ca-file="$pki/ca.crt" \
     --service-account-private-key-file="$pki/sa.key" \
     --node-monitor-period=5s --node-monitor-grace-period=40s
@@ -421,11 +455,20 @@ cmd_env() {
 command=$1
 name=${2:-default}
 [[ $name =~ ^[A-Za-z0-9][A-Za-z0-9._-]*$ ]] || die "invalid cluster name '$name'"
-dir=${LEASEHOLD_RUN_DIR:-/tmp/leasehold-clusters}/$name
+root=${LEASEHOLD_RUN_DIR:-/tmp/leasehold-clusters}
+dir=$root/$name
+
+# up and down of one NAME are serialised (two test processes calling `up` at once get one cluster).
+# The components must not inherit fd 9, or they would hold the lock for as long as they run.
+lock() {
+  mkdir -p "$root"
+  exec 9>"$root/.$name.lock"
+  flock 9
+}
 
 case $command in
-  up) cmd_up ;;
-  down) cmd_down ;;
+  up) lock; cmd_up ;;
+  down) lock; cmd_down ;;
   status) cmd_status ;;
   env) cmd_env ;;
   *) usage ;;

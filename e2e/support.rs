@@ -29,18 +29,29 @@ fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// Starts (or reuses) the local control plane named `e2e` and installs the CRD. Returns the
-/// admin kubeconfig path. Runs once per test binary.
+/// The local control plane to use: the one `KUBECONFIG` points at when it is one of ours
+/// (`.../leasehold-clusters/<name>/kubeconfig`), else `e2e`.
+fn cluster_name() -> String {
+    std::env::var("KUBECONFIG")
+        .ok()
+        .map(PathBuf::from)
+        .filter(|p| p.to_string_lossy().contains("/leasehold-clusters/"))
+        .and_then(|p| p.parent()?.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "e2e".to_string())
+}
+
+/// Starts (or reuses) the local control plane and installs the CRD. Returns the admin
+/// kubeconfig path. Runs once per test binary.
 pub async fn kubeconfig() -> PathBuf {
     CLUSTER
         .get_or_init(|| async {
             let out = Command::new("bash")
                 .arg(repo().join("e2e/cluster.sh"))
-                .args(["up", "e2e"])
+                .args(["up", &cluster_name()])
                 .stderr(Stdio::inherit())
                 .output()
                 .expect("run e2e/cluster.sh");
-            assert!(out.status.success(), "e2e/cluster.sh up e2e failed");
+            assert!(out.status.success(), "e2e/cluster.sh up failed");
             let stdout = String::from_utf8_lossy(&out.stdout);
             let line = stdout.lines().rev().find(|l| l.starts_with("export KUBECONFIG=")).expect("export line");
             let path = PathBuf::from(line.trim_start_matches("export KUBECONFIG=").trim());

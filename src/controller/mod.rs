@@ -176,20 +176,16 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
     let admin = tokio::spawn(admin::serve(args.admin_addr, admin_state.clone()));
     // Serve only once every cache is complete: a decision on a partial pod list could miss the
     // holder and grant a second pod.
-    let (p, l, n) = (pods.clone(), leases.clone(), nodes.clone());
+    // One waiter per store: concurrent `wait_until_ready` calls on one store were seen never to
+    // resolve with kube-runtime 5.0 (all but one stayed pending after InitDone).
+    let _ = tokio::join!(pods.wait_until_ready(), leases.wait_until_ready(), nodes.wait_until_ready());
     let ready = admin_state.clone();
     let locks_ready = locks.clone();
     tokio::spawn(async move {
-        let _ = tokio::join!(
-            p.wait_until_ready(),
-            l.wait_until_ready(),
-            n.wait_until_ready(),
-            locks_ready.wait_until_ready()
-        );
+        let _ = locks_ready.wait_until_ready().await;
         ready.ready.store(true, Ordering::Relaxed);
         tracing::info!("all caches synced; ready");
     });
-    let _ = tokio::join!(pods.wait_until_ready(), leases.wait_until_ready(), nodes.wait_until_ready());
     tracing::info!(namespace = ns.unwrap_or("<all>"), "starting controllers");
 
     let lock_ctx = ctx.clone();
@@ -224,10 +220,12 @@ fn workload_controller<W: workload::Workload>(
 }
 
 /// Drives a reflector stream on its own task, logging watch errors (the backoff retries them).
-fn spawn_watch<T>(what: &'static str, stream: impl futures::Stream<Item = Result<T, watcher::Error>> + Send + 'static) {
+fn spawn_watch<T: std::fmt::Debug>(what: &'static str, stream: impl futures::Stream<Item = Result<watcher::Event<T>, watcher::Error>> + Send + 'static) {
     tokio::spawn(stream.for_each(move |r| {
-        if let Err(e) = r {
-            tracing::warn!(error = %e, what, "watch error (retrying)");
+        match r {
+            Err(e) => tracing::warn!(error = %e, what, "watch error (retrying)"),
+            Ok(watcher::Event::InitDone) => tracing::debug!(what, "watch cache synced"),
+            Ok(_) => {}
         }
         future::ready(())
     }));
