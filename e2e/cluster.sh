@@ -405,9 +405,11 @@ EOF
   # the service range). --node-ip: the InternalIP/hostIP written into node and pod status.
   # --server-address: its HTTP server (/healthz), on a free port (kwokctl uses 10247).
   # --node-lease-duration-seconds=40: the flag defaults to 0 in standalone kwok, which turns node
-  # Leases off (the 40 s default only exists in kwokctl's configuration); without Leases the only
-  # heartbeat is the 10-minute status stage and the node-lifecycle controller marks the nodes
-  # NotReady after --node-monitor-grace-period. kwok renews every 40/4 = 10 s, like a kubelet.
+  # Leases off (the 40 s default only exists in kwokctl's configuration). Without Leases the
+  # node-lifecycle controller found both nodes not ready every ~45 s (grace period + monitor
+  # period; "all Nodes are not-Ready. Entering master disruption mode") and kwok's node-initialize
+  # stage flipped them back: flapping nodes. With it kwok renews each Lease every 40/4 = 10 s,
+  # like a kubelet.
   start kwok env HOME="$dir/kwok-home" "$bin/kwok" \
     --kubeconfig="$kc" \
     --config="$here/harness/kwok-stages.yaml" \

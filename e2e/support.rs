@@ -205,7 +205,9 @@ impl Drop for TestNs {
             }
             for op in &self.operators {
                 eprintln!("==== operator log {} ====", op.log.display());
-                let _ = Command::new("tail").args(["-n", "60"]).arg(&op.log).status();
+                let log = std::fs::read_to_string(&op.log).unwrap_or_default();
+                let lines: Vec<&str> = log.lines().collect();
+                eprintln!("{}", lines[lines.len().saturating_sub(80)..].join("\n"));
             }
         }
     }

@@ -10,6 +10,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use futures::channel::mpsc;
 use futures::{StreamExt, future};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
@@ -108,29 +109,70 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
     let metrics = Arc::new(Metrics::new(&mut registry));
     let admin_state = Arc::new(AdminState { ready: false.into(), registry });
 
-    let (pods, pod_writer) = reflector::store_shared::<Pod>(1024);
-    let (leases, lease_writer) = reflector::store_shared::<Lease>(256);
-    let (nodes, node_writer) = reflector::store_shared::<Node>(64);
-    let pods_for_locks = pod_writer.subscribe().expect("shared store");
-    let pods_for_pods = pod_writer.subscribe().expect("shared store");
-    let lease_events = lease_writer.subscribe().expect("shared store");
-    let node_events = node_writer.subscribe().expect("shared store");
+    let (pods, pod_writer) = reflector::store::<Pod>();
+    let (leases, lease_writer) = reflector::store::<Lease>();
+    let (nodes, node_writer) = reflector::store::<Node>();
+    // Every watch event that can change a lock's decision becomes a reconcile trigger for that
+    // lock, deletions included (a holder pod that vanishes frees the lock at once).
+    let (lock_tx, lock_rx) = mpsc::unbounded::<ObjectRef<DistributedLock>>();
+    let (pod_tx, pod_rx) = mpsc::unbounded::<pod::PodEvent>();
 
+    let tx = lock_tx.clone();
     spawn_watch(
         "pods",
-        watcher(api::<Pod>(&client, ns), watcher::Config::default()).default_backoff().reflect_shared(pod_writer),
+        watcher(api::<Pod>(&client, ns), watcher::Config::default()).default_backoff().reflect(pod_writer),
+        move |ev| match ev {
+            watcher::Event::Apply(p) | watcher::Event::InitApply(p) => {
+                if let Some(r) = lock_of(p) {
+                    let _ = tx.unbounded_send(r);
+                    let _ = pod_tx.unbounded_send(pod::PodEvent::Seen(Arc::new(p.clone())));
+                }
+            }
+            watcher::Event::Delete(p) => {
+                if let Some(r) = lock_of(p) {
+                    let _ = tx.unbounded_send(r);
+                    let _ = pod_tx.unbounded_send(pod::PodEvent::Gone(p.uid().unwrap_or_default()));
+                }
+            }
+            _ => {}
+        },
     );
+    let tx = lock_tx.clone();
     spawn_watch(
         "leases",
         watcher(api::<Lease>(&client, ns), watcher::Config::default().labels(LEASE_LABEL))
             .default_backoff()
-            .reflect_shared(lease_writer),
+            .reflect(lease_writer),
+        move |ev| match ev {
+            watcher::Event::Apply(l) | watcher::Event::InitApply(l) | watcher::Event::Delete(l) => {
+                if let (Some(name), Some(ns)) = (l.labels().get(LEASE_LABEL), l.namespace()) {
+                    let _ = tx.unbounded_send(ObjectRef::new(name).within(&ns));
+                }
+            }
+            _ => {}
+        },
     );
+    let tx = lock_tx.clone();
+    let pods_for_nodes = pods.clone();
     spawn_watch(
         "nodes",
-        watcher(Api::<Node>::all(client.clone()), watcher::Config::default())
-            .default_backoff()
-            .reflect_shared(node_writer),
+        watcher(Api::<Node>::all(client.clone()), watcher::Config::default()).default_backoff().reflect(node_writer),
+        move |ev| match ev {
+            watcher::Event::Apply(n) | watcher::Event::Delete(n) => {
+                // Locks whose holder runs on this node (holders carry the token annotation).
+                let name = n.name_any();
+                for p in pods_for_nodes.state() {
+                    let on_node = p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(name.as_str());
+                    if on_node
+                        && p.annotations().contains_key(crate::lock::TOKEN_ANNOTATION)
+                        && let Some(r) = lock_of(&p)
+                    {
+                        let _ = tx.unbounded_send(r);
+                    }
+                }
+            }
+            _ => {}
+        },
     );
 
     let reporter = Reporter { controller: CONTROLLER_NAME.into(), instance: Some(args.instance.clone()) };
@@ -147,58 +189,37 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
         failpoint: std::env::var("LEASEHOLD_FAILPOINT").ok(),
     });
 
-    let lock_api = api::<DistributedLock>(&client, ns);
-    let lock_ctrl = Controller::new(lock_api, watcher::Config::default());
+    let lock_ctrl = Controller::new(api::<DistributedLock>(&client, ns), watcher::Config::default());
     let locks = lock_ctrl.store();
-    let pods_for_nodes = pods.clone();
-    let lock_ctrl = lock_ctrl
-        .owns_shared_stream(lease_events)
-        .watches_shared_stream(pods_for_locks, |pod: Arc<Pod>| lock_of(&pod))
-        .watches_shared_stream(node_events, move |node: Arc<Node>| {
-            // Locks whose holder runs on this node (holders carry the token annotation).
-            let name = node.name_any();
-            pods_for_nodes
-                .state()
-                .into_iter()
-                .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(name.as_str()))
-                .filter(|p| p.annotations().contains_key(crate::lock::TOKEN_ANNOTATION))
-                .filter_map(|p| lock_of(&p))
-                .collect::<Vec<_>>()
-        })
-        .shutdown_on_signal();
+    let lock_ctrl = lock_ctrl.reconcile_on(lock_rx).shutdown_on_signal();
 
     let cronjobs = workload_controller::<k8s_openapi::api::batch::v1::CronJob>(&client, ns, ctx.clone());
     let deployments = workload_controller::<k8s_openapi::api::apps::v1::Deployment>(&client, ns, ctx.clone());
     let statefulsets = workload_controller::<k8s_openapi::api::apps::v1::StatefulSet>(&client, ns, ctx.clone());
 
-    let pod_ctrl = Controller::for_shared_stream(pods_for_pods, pods.clone()).shutdown_on_signal();
-
     let admin = tokio::spawn(admin::serve(args.admin_addr, admin_state.clone()));
     // Serve only once every cache is complete: a decision on a partial pod list could miss the
     // holder and grant a second pod.
-    // One waiter per store: concurrent `wait_until_ready` calls on one store were seen never to
-    // resolve with kube-runtime 5.0 (all but one stayed pending after InitDone).
     let _ = tokio::join!(pods.wait_until_ready(), leases.wait_until_ready(), nodes.wait_until_ready());
-    let ready = admin_state.clone();
-    let locks_ready = locks.clone();
-    tokio::spawn(async move {
-        let _ = locks_ready.wait_until_ready().await;
-        ready.ready.store(true, Ordering::Relaxed);
-        tracing::info!("all caches synced; ready");
-    });
     tracing::info!(namespace = ns.unwrap_or("<all>"), "starting controllers");
 
-    let lock_ctx = ctx.clone();
-    let locks_for_pods = locks.clone();
     let lock_loop =
-        lock_ctrl.run(distributed_lock::reconcile, distributed_lock::error_policy, lock_ctx).for_each(|r| {
+        lock_ctrl.run(distributed_lock::reconcile, distributed_lock::error_policy, ctx.clone()).for_each(|r| {
             if let Err(e) = r {
                 tracing::debug!(error = %e, "lock reconcile failed");
             }
             future::ready(())
         });
-    let pod_ctx = Arc::new(pod::PodContext { ctx: ctx.clone(), locks: locks_for_pods, warned: Mutex::default() });
-    let pod_loop = pod_ctrl.run(pod::reconcile, pod::error_policy, pod_ctx).for_each(|_| future::ready(()));
+    let pod_ctx = Arc::new(pod::PodContext { ctx: ctx.clone(), locks: locks.clone(), warned: Mutex::default() });
+    let ready = admin_state.clone();
+    let pod_loop = async move {
+        // Pod checks need the lock cache (a "lock not found" warning must not come from a cache
+        // that is still filling); readiness means every cache has synced.
+        let _ = locks.wait_until_ready().await;
+        ready.ready.store(true, Ordering::Relaxed);
+        tracing::info!("all caches synced; ready");
+        pod::run_checks(pod_rx, pod_ctx).await;
+    };
     tokio::select! {
         _ = futures::future::join5(lock_loop, pod_loop, cronjobs, deployments, statefulsets) => {}
         r = admin => { r??; }
@@ -219,13 +240,22 @@ fn workload_controller<W: workload::Workload>(
         .for_each(|_| future::ready(()))
 }
 
-/// Drives a reflector stream on its own task, logging watch errors (the backoff retries them).
-fn spawn_watch<T: std::fmt::Debug>(what: &'static str, stream: impl futures::Stream<Item = Result<watcher::Event<T>, watcher::Error>> + Send + 'static) {
+/// Drives a reflector stream on its own task: `on_event` sees every event after the cache has
+/// applied it; watch errors are logged (the backoff retries them).
+fn spawn_watch<T: Send + 'static>(
+    what: &'static str,
+    stream: impl futures::Stream<Item = Result<watcher::Event<T>, watcher::Error>> + Send + 'static,
+    on_event: impl Fn(&watcher::Event<T>) + Send + 'static,
+) {
     tokio::spawn(stream.for_each(move |r| {
         match r {
             Err(e) => tracing::warn!(error = %e, what, "watch error (retrying)"),
-            Ok(watcher::Event::InitDone) => tracing::debug!(what, "watch cache synced"),
-            Ok(_) => {}
+            Ok(ev) => {
+                if matches!(ev, watcher::Event::InitDone) {
+                    tracing::debug!(what, "watch cache synced");
+                }
+                on_event(&ev);
+            }
         }
         future::ready(())
     }));

@@ -1,22 +1,23 @@
-//! Pod controller: tells a pod, by Warning Event, why the lock it names cannot serve it (the lock
-//! does not exist, or the pod bypasses the scheduler with `spec.nodeName`). It never writes pods.
+//! Pod checks: tell a pod, by Warning Event, why the lock it names cannot serve it (the lock does
+//! not exist, the pod bypasses the scheduler with `spec.nodeName`, or a policy annotation is
+//! unreadable). Never writes pods.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
+use futures::StreamExt;
+use futures::channel::mpsc::UnboundedReceiver;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::Store;
 
 use super::{Context, lock_of, pod_ref};
 use crate::crd::DistributedLock;
-use crate::error::Error;
 use crate::lock::TOKEN_ANNOTATION;
+use crate::lock::policy::{self, MAX_WAIT_ANNOTATION, ON_BUSY_ANNOTATION};
 
-/// The pod controller's context.
+/// The pod checks' context.
 pub struct PodContext {
     /// Shared operator context.
     pub ctx: Arc<Context>,
@@ -26,42 +27,69 @@ pub struct PodContext {
     pub warned: Mutex<HashSet<(String, &'static str)>>,
 }
 
-/// Checks one pod; only pods with the `leasehold.dev/lock` annotation are looked at.
-pub async fn reconcile(pod: Arc<Pod>, pctx: Arc<PodContext>) -> Result<Action, Error> {
-    let Some(lock) = lock_of(&pod) else {
-        return Ok(Action::await_change());
-    };
-    if pod.metadata.deletion_timestamp.is_some() {
-        return Ok(Action::await_change());
-    }
-    let uid = pod.uid().unwrap_or_default();
-    let bound_without_grant = pod.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some()
-        && !pod.annotations().contains_key(TOKEN_ANNOTATION);
-    let lock_exists = pctx.locks.get(&lock).is_some();
-    let warn =
-        |reason: &'static str| pctx.warned.lock().unwrap_or_else(|e| e.into_inner()).insert((uid.clone(), reason));
-    if !lock_exists && warn("LockNotFound") {
-        let note = format!(
-            "DistributedLock {} does not exist in namespace {}; the pod waits until it is created",
-            lock.name,
-            pod.namespace().unwrap_or_default()
-        );
-        pctx.ctx.event(&pod_ref(&pod), EventType::Warning, "LockNotFound", note, "Wait").await;
-    }
-    if lock_exists {
-        pctx.warned.lock().unwrap_or_else(|e| e.into_inner()).remove(&(uid.clone(), "LockNotFound"));
-    }
-    if bound_without_grant && warn("NotGateable") {
-        let note = format!(
-            "pod names lock {} but sets spec.nodeName, so it bypasses the scheduler and cannot wait at the leasehold.dev/lock scheduling gate; it is never counted as a holder",
-            lock.name
-        );
-        pctx.ctx.event(&pod_ref(&pod), EventType::Warning, "NotGateable", note, "Reject").await;
-    }
-    Ok(Action::await_change())
+/// A pod watch event for the checks.
+pub enum PodEvent {
+    /// The pod (which names a lock) was created or changed.
+    Seen(Arc<Pod>),
+    /// The pod with this UID is gone.
+    Gone(String),
 }
 
-/// Retries a failed pod check after 5 s.
-pub fn error_policy(_pod: Arc<Pod>, _error: &Error, _pctx: Arc<PodContext>) -> Action {
-    Action::requeue(Duration::from_secs(5))
+/// Runs the checks for every pod event until the channel closes.
+pub async fn run_checks(mut events: UnboundedReceiver<PodEvent>, pctx: Arc<PodContext>) {
+    while let Some(ev) = events.next().await {
+        match ev {
+            PodEvent::Seen(pod) => check(&pod, &pctx).await,
+            PodEvent::Gone(uid) => pctx.warned.lock().unwrap_or_else(|e| e.into_inner()).retain(|(u, _)| *u != uid),
+        }
+    }
+}
+
+/// Checks one pod that names a lock; each warning is given once per pod.
+async fn check(pod: &Pod, pctx: &PodContext) {
+    let Some(lock) = lock_of(pod) else { return };
+    if pod.metadata.deletion_timestamp.is_some() {
+        return;
+    }
+    let uid = pod.uid().unwrap_or_default();
+    let warn =
+        |reason: &'static str| pctx.warned.lock().unwrap_or_else(|e| e.into_inner()).insert((uid.clone(), reason));
+    let ns = pod.namespace().unwrap_or_default();
+
+    if pctx.locks.get(&lock).is_none() {
+        if warn("LockNotFound") {
+            let note = format!(
+                "DistributedLock {} does not exist in namespace {ns}; the pod waits until it is created",
+                lock.name
+            );
+            pctx.ctx.event(&pod_ref(pod), EventType::Warning, "LockNotFound", note, "Wait").await;
+        }
+    } else {
+        pctx.warned.lock().unwrap_or_else(|e| e.into_inner()).remove(&(uid.clone(), "LockNotFound"));
+    }
+
+    let bound_without_grant = pod.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some()
+        && !pod.annotations().contains_key(TOKEN_ANNOTATION);
+    if bound_without_grant && warn("NotGateable") {
+        let note = format!(
+            "pod names lock {} but sets spec.nodeName, so it bypasses the scheduler and cannot wait at the \
+             leasehold.dev/lock scheduling gate; it is never counted as a holder",
+            lock.name
+        );
+        pctx.ctx.event(&pod_ref(pod), EventType::Warning, "NotGateable", note, "Reject").await;
+    }
+
+    let ann = |k: &str| pod.annotations().get(k).map(String::as_str);
+    let problems = [
+        ("BadOnBusy", policy::parse_on_busy(ann(ON_BUSY_ANNOTATION)).err()),
+        ("BadMaxWait", policy::parse_max_wait(ann(MAX_WAIT_ANNOTATION)).err()),
+    ];
+    for (key, problem) in problems {
+        if let Some(problem) = problem
+            && warn(key)
+        {
+            let note = format!("{problem}; using the default");
+            pctx.ctx.event(&pod_ref(pod), EventType::Warning, "InvalidAnnotation", note, "Validate").await;
+        }
+    }
 }
