@@ -122,7 +122,7 @@ async fn replacement_job_pod_waits_until_the_terminating_pod_is_gone() {
         "metadata": {"name": "work"},
         "spec": {"backoffLimit": 3, "template": {
             "metadata": {"annotations": {"leasehold.dev/lock": "l", "pod-complete.stage.kwok.x-k8s.io/delay": "600s"}},
-            "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 8,
+            "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 25,
                      "schedulingGates": [{"name": "leasehold.dev/lock"}],
                      "containers": [{"name": "task", "image": "busybox"}]},
         }},
@@ -132,8 +132,11 @@ async fn replacement_job_pod_waits_until_the_terminating_pod_is_gone() {
     let first = wait_job_pod(&ns, "work", "running", |p| !is_gated(p) && phase(p) == "Running").await;
     let first_token = token_of(&first).unwrap();
     ns.api::<Pod>().delete(&first.name_any(), &DeleteParams::default()).await.unwrap();
-    // The Job controller replaces it at once; the replacement must wait at the gate.
+    // The Job controller replaces it while it terminates (podReplacementPolicy
+    // TerminatingOrFailed, after its failure backoff); the replacement must wait at the gate.
     let replacement = wait_job_pod(&ns, "work", "replacement created", |p| p.uid() != first.uid()).await;
+    let old = ns.api::<Pod>().get_opt(&first.name_any()).await.unwrap();
+    assert!(old.is_some_and(|o| o.metadata.deletion_timestamp.is_some()), "old pod still terminating");
     assert!(is_gated(&ns.api::<Pod>().get(&replacement.name_any()).await.unwrap()), "replacement waits");
     let granted = wait_pod(&ns, &replacement.name_any(), "granted", |p| !is_gated(p)).await;
     assert!(ns.api::<Pod>().get_opt(&first.name_any()).await.unwrap().is_none(), "old pod gone before the grant");
