@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The README demo: brings up the local control plane "demo", installs the CRD, starts the
 # operator, creates a lock and three Jobs that claim it, and shows the lock changing hands.
-# Usage: demo/demo.sh [seconds to watch, default 45]; `make demo-down` stops everything.
+# Usage: demo/demo.sh [seconds to watch at most, default 90]; `make demo-down` stops everything.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-watch_for=${1:-45}
+watch_for=${1:-90}
 export_line=$(e2e/cluster.sh up demo | tail -n 1)
 eval "$export_line"
 bin=$(e2e/harness/build.sh)
@@ -29,17 +29,20 @@ echo "==> creating lock nightly-report and three Jobs that claim it" >&2
 kubectl delete job report-a report-b report-c --ignore-not-found --wait=true >/dev/null 2>&1 || true
 kubectl apply -f demo/lock-and-jobs.yaml >&2
 
-echo "==> watching for ${watch_for}s: one pod at a time holds the lock, tokens increase" >&2
+echo "==> watching (at most ${watch_for}s): one pod at a time holds the lock, tokens increase" >&2
 deadline=$((SECONDS + watch_for))
 while [ $SECONDS -lt $deadline ]; do
   echo "---- $(date +%T)"
   kubectl get dlock nightly-report
   kubectl get pods -o custom-columns='POD:.metadata.name,PHASE:.status.phase,GATED:.spec.schedulingGates[*].name,TOKEN:.metadata.annotations.leasehold\.dev/fencing-token'
-  sleep 4
+  done_jobs=$(kubectl get jobs report-a report-b report-c -o jsonpath='{range .items[*]}{.status.succeeded}{"\n"}{end}' | grep -c '^1$' || true)
+  [ "$done_jobs" = 3 ] && break
+  sleep 3
 done
 echo
 echo "Events on the lock:"
-kubectl get events --field-selector involvedObject.kind=DistributedLock --sort-by=.lastTimestamp
+kubectl get events.events.k8s.io --field-selector regarding.kind=DistributedLock \
+  -o custom-columns='REASON:.reason,COUNT:.series.count,NOTE:.note' 
 cat <<MSG
 
 Try it yourself:

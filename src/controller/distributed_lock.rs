@@ -293,7 +293,15 @@ async fn patch_holder(
         p.token = Some(g.token);
     }
     let note = format!("{} holds the lock with fencing token {}", g.name, g.token);
-    ctx.event(&lock.object_ref(&()), EventType::Normal, "Granted", note.clone(), "Grant").await;
+    ctx.event_related(
+        &lock.object_ref(&()),
+        Some(super::pod_ref(&pod)),
+        EventType::Normal,
+        "Granted",
+        note.clone(),
+        "Grant",
+    )
+    .await;
     ctx.event(
         &super::pod_ref(&pod),
         EventType::Normal,
@@ -344,7 +352,8 @@ async fn record_release(ctx: &Context, lock: &DistributedLock, r: &Release) {
     let type_ = if r.reason == grant::ReleaseReason::NodeLost { EventType::Warning } else { EventType::Normal };
     let note = format!("{} released the lock (token {}): {reason}", r.name, r.token);
     tracing::info!(lock = %lock.name_any(), pod = %r.name, token = r.token, reason, "released");
-    ctx.event(&lock.object_ref(&()), type_, "Released", note, "Release").await;
+    let pod = super::pod_ref_by_name(lock.namespace(), &r.name);
+    ctx.event_related(&lock.object_ref(&()), Some(pod), type_, "Released", note, "Release").await;
 }
 
 /// Writes the status view when it changed (no write when nothing changed: 0 writes when idle).

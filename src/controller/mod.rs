@@ -70,10 +70,36 @@ impl Context {
 
     /// Publishes an Event about `reference`; failures are logged, never fatal.
     pub async fn event(&self, reference: &ObjectReference, type_: EventType, reason: &str, note: String, action: &str) {
-        let ev = Event { type_, reason: reason.into(), note: Some(note), action: action.into(), secondary: None };
+        self.event_related(reference, None, type_, reason, note, action).await;
+    }
+
+    /// Publishes an Event about `reference` that also names `related` (a pod, for grants and
+    /// releases on a lock). Events with different `related` objects are not folded into one
+    /// series, so every grant keeps its own note (holder and token).
+    pub async fn event_related(
+        &self,
+        reference: &ObjectReference,
+        related: Option<ObjectReference>,
+        type_: EventType,
+        reason: &str,
+        note: String,
+        action: &str,
+    ) {
+        let ev = Event { type_, reason: reason.into(), note: Some(note), action: action.into(), secondary: related };
         if let Err(e) = self.recorder.publish(&ev, reference).await {
             tracing::warn!(error = %e, reason, "failed to publish event");
         }
+    }
+}
+
+/// Object reference of a pod by name (for Events about pods that may be gone).
+pub fn pod_ref_by_name(ns: Option<String>, name: &str) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        name: Some(name.into()),
+        namespace: ns,
+        ..ObjectReference::default()
     }
 }
 
