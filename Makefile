@@ -6,7 +6,7 @@ demo:
 	demo/demo.sh
 
 demo-down:
-	e2e/cluster.sh down demo
+	demo/demo.sh down
 
 # Unit tests, the CRD drift test, and the end-to-end suite against the local control plane
 # "e2e" (built and started by the tests themselves; stop it with `make down`).

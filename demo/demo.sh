@@ -1,9 +1,21 @@
 #!/usr/bin/env bash
 # The README demo: brings up the local control plane "demo", installs the CRD, starts the
 # operator, creates a lock and three Jobs that claim it, and shows the lock changing hands.
-# Usage: demo/demo.sh [seconds to watch at most, default 90]; `make demo-down` stops everything.
+# Usage: demo/demo.sh [seconds to watch at most, default 90]
+#        demo/demo.sh down   (what `make demo-down` runs) stops the operator and the cluster.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ "${1:-}" = down ]; then
+  # Stop the operator first (it is not one of the cluster's components), then the cluster.
+  if export_line=$(e2e/cluster.sh env demo 2>/dev/null); then
+    eval "$export_line"
+    pidfile="$(dirname "$KUBECONFIG")/pids/leasehold.pid"
+    if [ -f "$pidfile" ]; then
+      kill "$(cat "$pidfile")" 2>/dev/null || true
+    fi
+  fi
+  exec e2e/cluster.sh down demo
+fi
 watch_for=${1:-90}
 export_line=$(e2e/cluster.sh up demo | tail -n 1)
 eval "$export_line"
