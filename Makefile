@@ -19,7 +19,7 @@ lint:
 
 # Regenerates crds/ from the Rust types.
 crd:
-	cargo run --quiet -- crd > crds/leasehold.dev_distributedlocks.yaml
+	cargo run --quiet -- crd --out-dir crds
 
 down:
 	e2e/cluster.sh down e2e

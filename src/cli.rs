@@ -21,7 +21,11 @@ pub enum Command {
     /// Run the operator (reconciles DistributedLocks, grants them to pods).
     Operator(OperatorArgs),
     /// Print the CustomResourceDefinitions as YAML (what `crds/` contains).
-    Crd,
+    Crd {
+        /// Write one file per CRD (`<group>_<plural>.yaml`) into this directory instead.
+        #[arg(long)]
+        out_dir: Option<std::path::PathBuf>,
+    },
 }
 
 /// Options of `leasehold operator`.

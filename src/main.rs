@@ -7,7 +7,12 @@ use leasehold::cli::{Cli, Command};
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
-        Command::Crd => print!("{}", leasehold::crd::crds_yaml()?),
+        Command::Crd { out_dir: None } => print!("{}", leasehold::crd::crds_yaml()?),
+        Command::Crd { out_dir: Some(dir) } => {
+            for crd in leasehold::crd::all_crds() {
+                std::fs::write(dir.join(leasehold::crd::crd_file_name(&crd)), leasehold::crd::crd_yaml(&crd)?)?;
+            }
+        }
         Command::Operator(args) => {
             leasehold::telemetry::init(args.log_format);
             leasehold::controller::run(args).await?;

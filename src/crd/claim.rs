@@ -1,0 +1,86 @@
+//! The `DistributedLockClaim` custom resource (`leasehold.dev/v1alpha1`, short name `dlclaim`):
+//! how a running process (a `leasehold lock` CLI, a service using the library, a laptop or CI
+//! runner outside any pod) asks for a lock. It joins the same FIFO queue as gated pods.
+//!
+//! Holder kinds differ explicitly, never by guessing from behaviour:
+//! - a **pod** holder is held by its lifecycle: it holds until it is terminal or gone;
+//! - a **claim** holder must **renew** the Lease (`spec.renewTime`) at least every
+//!   `leaseDurationSeconds` of the lock; the operator takes the lock back when it has not seen a
+//!   renewal for that long on its own monotonic clock (as client-go's leader election does).
+
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+/// A request for a lock by a named identity.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "leasehold.dev",
+    version = "v1alpha1",
+    kind = "DistributedLockClaim",
+    plural = "distributedlockclaims",
+    shortname = "dlclaim",
+    namespaced,
+    status = "DistributedLockClaimStatus",
+    printcolumn = r#"{"name":"Lock","type":"string","jsonPath":".spec.lock"}"#,
+    printcolumn = r#"{"name":"Identity","type":"string","jsonPath":".spec.identity"}"#,
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
+    printcolumn = r#"{"name":"Token","type":"integer","jsonPath":".status.token"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[x_kube(validation = Rule::new("self == oldSelf").message("a claim's spec is immutable: delete it and create a new one"))]
+pub struct DistributedLockClaimSpec {
+    /// Name of the `DistributedLock` (same namespace).
+    #[schemars(length(min = 1, max = 253))]
+    pub lock: String,
+    /// Who is asking: written to the Lease's `holderIdentity` when granted (a pod name, a host
+    /// name, a CI job id).
+    #[schemars(length(min = 1, max = 253))]
+    pub identity: String,
+    /// What to do when the lock is busy: `Wait` (default, FIFO) or `Skip` (give up at once).
+    #[serde(default)]
+    pub on_busy: OnBusy,
+    /// Give up after waiting this many seconds (1..=604800); unset waits forever.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 604800))]
+    pub max_wait_seconds: Option<i32>,
+}
+
+/// What a claim wants when the lock is busy.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
+pub enum OnBusy {
+    /// Queue in FIFO order.
+    #[default]
+    Wait,
+    /// Give up at once when the lock cannot be granted.
+    Skip,
+}
+
+/// Where a claim stands.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, schemars::JsonSchema)]
+pub enum ClaimPhase {
+    /// Queued.
+    Waiting,
+    /// Holds the lock with `status.token`.
+    Granted,
+    /// Gave up (skip policy or max wait): `status.reason` says which.
+    Rejected,
+}
+
+/// Observed state of a claim, written by the operator.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DistributedLockClaimStatus {
+    /// `Waiting`, `Granted` or `Rejected`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<ClaimPhase>,
+    /// Fencing token of the grant (set once, when granted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<i64>,
+    /// Machine-readable reason of the last phase change (`Granted`, `LockBusy`, `LockWaitTimeout`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Human-readable message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
