@@ -16,11 +16,14 @@ use serde_json::json;
 
 use super::{Context, backoff_for};
 use crate::crd::condition::{self, reason};
+use crate::crd::{ClaimPhase, DistributedLockClaim, OnBusy};
 use crate::crd::{DistributedLock, DistributedLockStatus, HolderStatus};
 use crate::error::{Error, Result, call};
 use crate::lease;
 use crate::lock::fencing::parse_token;
-use crate::lock::grant::{self, Decision, Grant, Observation, Phase, PodView, Reject, RejectReason, Release, Settings};
+use crate::lock::grant::{
+    self, Candidate, Decision, Grant, HolderKind, Observation, Phase, Reject, RejectReason, Release, Settings,
+};
 use crate::lock::policy;
 use crate::lock::{LOCK_ANNOTATION, SCHEDULING_GATE, TOKEN_ANNOTATION};
 use crate::metrics::Metrics;
@@ -49,16 +52,17 @@ pub async fn reconcile(lock: Arc<DistributedLock>, ctx: Arc<Context>) -> Result<
     {
         return report_foreign_lease(&lock_api, &lock, &ctx).await;
     }
-    let mut pods = pods_of(&ctx, &ns, &name);
+    let mut pods = candidates_of(&ctx, &ns, &name);
     let settings = Settings {
         start_timeout: Duration::from_secs(lock.spec.start_timeout_seconds.max(1) as u64),
         node_loss_timeout: Duration::from_secs(lock.spec.node_loss_timeout_seconds.max(1) as u64),
+        lease_duration: Duration::from_secs(lock.spec.lease_duration_seconds.max(1) as u64),
     };
     let mut fresh_reservation = None;
     for _ in 0..MAX_STEPS {
         let lease_view = lease_obj.as_ref().map(lease::view);
         let status = lock.status.clone().unwrap_or_default();
-        let (pending_for, node_lost_for) = holder_clocks(&ctx, &lock, lease_view.as_ref(), &pods);
+        let clocks = holder_clocks(&ctx, &lock, lease_obj.as_ref(), lease_view.as_ref(), &pods);
         let plan = grant::decide(&Observation {
             settings,
             lease: lease_view.as_ref(),
@@ -66,8 +70,9 @@ pub async fn reconcile(lock: Arc<DistributedLock>, ctx: Arc<Context>) -> Result<
             ceiling: status.token_ceiling,
             highest_token: status.highest_token,
             fresh_reservation,
-            holder_pending_for: pending_for,
-            holder_node_lost_for: node_lost_for,
+            holder_pending_for: clocks.pending_for,
+            holder_node_lost_for: clocks.node_lost_for,
+            holder_renewed_ago: clocks.renewed_ago,
         })?;
         tracing::debug!(lock = %name, namespace = %ns, decision = ?plan.decision, "decided");
         match plan.decision {
@@ -100,12 +105,12 @@ pub async fn reconcile(lock: Arc<DistributedLock>, ctx: Arc<Context>) -> Result<
                     }
                     tracing::info!(lock = %name, namespace = %ns, pod = %g.name, token = g.token, "granted");
                     ctx.failpoint("exit-after-lease-grant");
-                    patch_holder(&ctx, &pod_api, &lock, &g, &mut pods).await?;
+                    patch_holder(&ctx, &ns, &lock, &g, &mut pods).await?;
                 }
             }
-            Decision::PatchPod(g) => {
-                tracing::info!(lock = %name, pod = %g.name, token = g.token, "finishing a grant recorded in the Lease");
-                patch_holder(&ctx, &pod_api, &lock, &g, &mut pods).await?;
+            Decision::PatchHolder(g) => {
+                tracing::info!(lock = %name, holder = %g.name, token = g.token, "finishing a grant recorded in the Lease");
+                patch_holder(&ctx, &ns, &lock, &g, &mut pods).await?;
             }
             Decision::DeletePod { name: pod_name, uid } => {
                 let dp = DeleteParams {
@@ -129,7 +134,8 @@ pub async fn reconcile(lock: Arc<DistributedLock>, ctx: Arc<Context>) -> Result<
             }
             Decision::RejectWaiters(rejects) => {
                 for r in rejects {
-                    reject_waiter(&ctx, &pod_api, &lock, &r).await?;
+                    let kind = pods.iter().find(|p| p.uid == r.uid).map_or(HolderKind::Pod, |p| p.kind);
+                    reject_waiter(&ctx, &ns, kind, &lock, &r).await?;
                     if let Some(p) = pods.iter_mut().find(|p| p.uid == r.uid) {
                         p.phase = Phase::Failed;
                     }
@@ -168,19 +174,26 @@ fn count_conflict(m: &Metrics, e: &Error) {
     }
 }
 
-/// Pods in `ns` whose `leasehold.dev/lock` annotation names `lock`, with how long each waiter
-/// has been seen waiting (this process's monotonic clock).
-fn pods_of(ctx: &Context, ns: &str, lock: &str) -> Vec<PodView> {
+/// Candidates for `lock` in `ns`: pods whose `leasehold.dev/lock` annotation names it and
+/// `DistributedLockClaim`s for it, with how long each waiter has been seen waiting (this
+/// process's monotonic clock).
+fn candidates_of(ctx: &Context, ns: &str, lock: &str) -> Vec<Candidate> {
     let now = Instant::now();
     let mut clock = ctx.wait_clock.lock().unwrap_or_else(|e| e.into_inner());
-    let mut views: Vec<PodView> = ctx
+    let pods = ctx
         .pods
         .state()
-        .iter()
+        .into_iter()
         .filter(|p| p.namespace().as_deref() == Some(ns))
         .filter(|p| p.annotations().get(LOCK_ANNOTATION).map(|v| v.trim()) == Some(lock))
-        .filter_map(|p| pod_view(p))
-        .collect();
+        .filter_map(|p| candidate_of_pod(&p));
+    let claims = ctx
+        .claims
+        .state()
+        .into_iter()
+        .filter(|c| c.namespace().as_deref() == Some(ns) && c.spec.lock == lock)
+        .filter_map(|c| candidate_of_claim(&c));
+    let mut views: Vec<Candidate> = pods.chain(claims).collect();
     for v in &mut views {
         if v.is_waiter() {
             v.waiting_for = Some(now.duration_since(*clock.entry(v.uid.clone()).or_insert(now)));
@@ -189,17 +202,22 @@ fn pods_of(ctx: &Context, ns: &str, lock: &str) -> Vec<PodView> {
         }
     }
     if clock.len() > 10_000 {
-        let live: std::collections::HashSet<String> = ctx.pods.state().iter().filter_map(|p| p.uid()).collect();
+        let mut live: std::collections::HashSet<String> = ctx.pods.state().iter().filter_map(|p| p.uid()).collect();
+        live.extend(ctx.claims.state().iter().filter_map(|c| c.uid()));
         clock.retain(|uid, _| live.contains(uid));
     }
     views
 }
 
 /// The decision's view of a pod; `None` for pods without name/uid/creationTimestamp.
-pub fn pod_view(p: &Pod) -> Option<PodView> {
+pub fn candidate_of_pod(p: &Pod) -> Option<Candidate> {
     let spec = p.spec.as_ref();
-    Some(PodView {
-        name: p.metadata.name.clone()?,
+    let name = p.metadata.name.clone()?;
+    let ann = |k: &str| p.annotations().get(k).map(String::as_str);
+    Some(Candidate {
+        kind: HolderKind::Pod,
+        identity: name.clone(),
+        name,
         uid: p.metadata.uid.clone()?,
         created: p.metadata.creation_timestamp.as_ref()?.0,
         gated: spec
@@ -208,43 +226,90 @@ pub fn pod_view(p: &Pod) -> Option<PodView> {
         node_name: spec.and_then(|s| s.node_name.clone()).filter(|n| !n.is_empty()),
         phase: Phase::parse(p.status.as_ref().and_then(|s| s.phase.as_deref())),
         deleting: p.metadata.deletion_timestamp.is_some(),
-        token: p.annotations().get(TOKEN_ANNOTATION).and_then(|t| parse_token(t)),
-        on_busy: policy::parse_on_busy(p.annotations().get(policy::ON_BUSY_ANNOTATION).map(String::as_str))
-            .unwrap_or_default(),
-        max_wait: policy::parse_max_wait(p.annotations().get(policy::MAX_WAIT_ANNOTATION).map(String::as_str))
-            .unwrap_or_default(),
+        token: ann(TOKEN_ANNOTATION).and_then(parse_token),
+        on_busy: policy::parse_on_busy(ann(policy::ON_BUSY_ANNOTATION)).unwrap_or_default(),
+        max_wait: policy::parse_max_wait(ann(policy::MAX_WAIT_ANNOTATION)).unwrap_or_default(),
         waiting_for: None,
     })
 }
 
-/// Durations on this process's monotonic clock: how long the current holder has been Pending
-/// since this process first saw the grant, and how long its node has been seen not Ready.
+/// The decision's view of a claim: not granted yet = gated; granted = Running; rejected = Failed.
+pub fn candidate_of_claim(c: &DistributedLockClaim) -> Option<Candidate> {
+    let status = c.status.clone().unwrap_or_default();
+    let phase = match (status.phase, status.token) {
+        (Some(ClaimPhase::Rejected), _) => Phase::Failed,
+        (_, Some(_)) => Phase::Running,
+        _ => Phase::Pending,
+    };
+    Some(Candidate {
+        kind: HolderKind::Claim,
+        name: c.metadata.name.clone()?,
+        identity: c.spec.identity.clone(),
+        uid: c.metadata.uid.clone()?,
+        created: c.metadata.creation_timestamp.as_ref()?.0,
+        gated: status.token.is_none(),
+        node_name: None,
+        phase,
+        deleting: c.metadata.deletion_timestamp.is_some(),
+        token: status.token,
+        on_busy: match c.spec.on_busy {
+            OnBusy::Wait => policy::BusyPolicy::Wait,
+            OnBusy::Skip => policy::BusyPolicy::Skip,
+        },
+        max_wait: c.spec.max_wait_seconds.filter(|s| *s > 0).map(|s| Duration::from_secs(s as u64)),
+        waiting_for: None,
+    })
+}
+
+/// Durations on this process's monotonic clock for the current holder.
+#[derive(Default)]
+struct HolderClocks {
+    /// A pod holder: how long it has been Pending since this process first saw the grant.
+    pending_for: Option<Duration>,
+    /// A pod holder: how long its node has been seen not Ready (or missing).
+    node_lost_for: Option<Duration>,
+    /// A claim holder: how long since this process last saw the Lease's renewTime change.
+    renewed_ago: Option<Duration>,
+}
+
 fn holder_clocks(
     ctx: &Context,
     lock: &DistributedLock,
+    lease_obj: Option<&Lease>,
     lease: Option<&grant::LeaseView>,
-    pods: &[PodView],
-) -> (Option<Duration>, Option<Duration>) {
+    candidates: &[Candidate],
+) -> HolderClocks {
     let lock_uid = lock.uid().unwrap_or_default();
     let holder = lease
         .and_then(|l| l.holder.as_ref())
-        .and_then(|h| pods.iter().find(|p| p.name == h.name && Some(&p.uid) == h.uid.as_ref()));
-    let Some(pod) = holder else {
+        .and_then(|h| candidates.iter().find(|p| p.identity == h.name && Some(&p.uid) == h.uid.as_ref()));
+    let Some(holder) = holder else {
         ctx.holder_clock.lock().unwrap_or_else(|e| e.into_inner()).remove(&lock_uid);
-        return (None, None);
+        return HolderClocks::default();
     };
     let now = Instant::now();
+    // Key: holder UID plus the Lease's renewTime: a new holder or a renewal restarts the clock.
+    let renew_time = lease_obj.and_then(|l| l.spec.as_ref()?.renew_time.as_ref()).map(|t| t.0.to_string());
+    let key = format!("{}/{}", holder.uid, renew_time.unwrap_or_default());
     let since = {
         let mut clocks = ctx.holder_clock.lock().unwrap_or_else(|e| e.into_inner());
-        let entry = clocks.entry(lock_uid).or_insert_with(|| (pod.uid.clone(), now));
-        if entry.0 != pod.uid {
-            *entry = (pod.uid.clone(), now);
+        let entry = clocks.entry(lock_uid).or_insert_with(|| (key.clone(), now, now));
+        if !entry.0.starts_with(&format!("{}/", holder.uid)) {
+            *entry = (key.clone(), now, now);
+        } else if entry.0 != key {
+            entry.0 = key;
+            entry.2 = now;
         }
-        entry.1
+        (entry.1, entry.2)
     };
-    let pending_for = (pod.phase == Phase::Pending).then(|| now.duration_since(since));
-    let node_lost_for = pod.node_name.as_ref().and_then(|n| node_lost_for(ctx, n, now));
-    (pending_for, node_lost_for)
+    match holder.kind {
+        HolderKind::Pod => HolderClocks {
+            pending_for: (holder.phase == Phase::Pending).then(|| now.duration_since(since.0)),
+            node_lost_for: holder.node_name.as_ref().and_then(|n| node_lost_for(ctx, n, now)),
+            renewed_ago: None,
+        },
+        HolderKind::Claim => HolderClocks { renewed_ago: Some(now.duration_since(since.1)), ..HolderClocks::default() },
+    }
 }
 
 fn node_lost_for(ctx: &Context, node: &str, now: Instant) -> Option<Duration> {
@@ -274,72 +339,95 @@ async fn reserve_tokens(api: &Api<DistributedLock>, lock: &DistributedLock, to: 
     call("reserve fencing tokens", api.patch_status(&lock.name_any(), &pp, &Patch::Merge(&patch))).await
 }
 
-/// Second write of a grant: the token annotation and the removal of the scheduling gate, with
-/// the pod's UID as precondition (a new pod with the same name is never ungated by mistake).
+/// Second write of a grant, after the Lease write: for a pod, the token annotation and the
+/// removal of the scheduling gate; for a claim, its status (phase Granted, token). Both with the
+/// holder's UID as precondition (a new object with the same name is never granted by mistake).
 async fn patch_holder(
     ctx: &Context,
-    api: &Api<Pod>,
+    ns: &str,
     lock: &DistributedLock,
     g: &Grant,
-    pods: &mut [PodView],
+    candidates: &mut [Candidate],
 ) -> Result<()> {
-    let patch = json!({
-        "metadata": { "uid": g.uid, "annotations": { TOKEN_ANNOTATION: g.token.to_string() } },
-        "spec": { "schedulingGates": [ { "$patch": "delete", "name": SCHEDULING_GATE } ] },
-    });
-    let pod = call("patch Pod", api.patch(&g.name, &PatchParams::default(), &Patch::Strategic(&patch))).await?;
-    if let Some(p) = pods.iter_mut().find(|p| p.uid == g.uid) {
+    let note = format!("{} holds the lock with fencing token {}", g.identity, g.token);
+    let holder_ref = match g.kind {
+        HolderKind::Pod => {
+            let api: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
+            let patch = json!({
+                "metadata": { "uid": g.uid, "annotations": { TOKEN_ANNOTATION: g.token.to_string() } },
+                "spec": { "schedulingGates": [ { "$patch": "delete", "name": SCHEDULING_GATE } ] },
+            });
+            let pod = call("patch Pod", api.patch(&g.name, &PatchParams::default(), &Patch::Strategic(&patch))).await?;
+            super::pod_ref(&pod)
+        }
+        HolderKind::Claim => {
+            let api: Api<DistributedLockClaim> = Api::namespaced(ctx.client.clone(), ns);
+            let patch = json!({
+                "metadata": { "uid": g.uid },
+                "status": { "phase": "Granted", "token": g.token, "reason": "Granted", "message": note },
+            });
+            let claim =
+                call("patch claim status", api.patch_status(&g.name, &PatchParams::default(), &Patch::Merge(&patch)))
+                    .await?;
+            claim.object_ref(&())
+        }
+    };
+    if let Some(p) = candidates.iter_mut().find(|p| p.uid == g.uid) {
         p.gated = false;
         p.token = Some(g.token);
+        if p.kind == HolderKind::Claim {
+            p.phase = Phase::Running;
+        }
     }
-    let note = format!("{} holds the lock with fencing token {}", g.name, g.token);
-    ctx.event_related(
-        &lock.object_ref(&()),
-        Some(super::pod_ref(&pod)),
-        EventType::Normal,
-        "Granted",
-        note.clone(),
-        "Grant",
-    )
-    .await;
-    ctx.event(
-        &super::pod_ref(&pod),
-        EventType::Normal,
-        "LockGranted",
-        format!("lock {}: {note}", lock.name_any()),
-        "Grant",
-    )
-    .await;
+    let lock_ref = lock.object_ref(&());
+    ctx.event_related(&lock_ref, Some(holder_ref.clone()), EventType::Normal, "Granted", note.clone(), "Grant").await;
+    let pod_note = format!("lock {}: {note}", lock.name_any());
+    ctx.event(&holder_ref, EventType::Normal, "LockGranted", pod_note, "Grant").await;
     Ok(())
 }
 
-/// Marks a waiter that gave up as `Failed` (status subresource, UID precondition), so its Job
-/// or user sees why, and Events on the pod and the lock.
-async fn reject_waiter(ctx: &Context, api: &Api<Pod>, lock: &DistributedLock, r: &Reject) -> Result<()> {
+/// Marks a waiter that gave up: a pod as `Failed` (status subresource), a claim as `Rejected`,
+/// both with the UID as precondition; Events on the waiter and the lock.
+async fn reject_waiter(ctx: &Context, ns: &str, kind: HolderKind, lock: &DistributedLock, r: &Reject) -> Result<()> {
     let message = match r.reason {
         RejectReason::LockBusy => {
-            format!("lock {} is held and this pod has leasehold.dev/on-busy: skip; it did not run", lock.name_any())
+            format!("lock {} is held and this waiter asked to skip when busy; it did not run", lock.name_any())
         }
         RejectReason::LockWaitTimeout => {
-            format!("waited longer than leasehold.dev/max-wait for lock {}; it did not run", lock.name_any())
+            format!("waited longer than its max wait for lock {}; it did not run", lock.name_any())
         }
     };
-    let patch = json!({
-        "metadata": { "uid": r.uid },
-        "status": { "phase": "Failed", "reason": r.reason.as_str(), "message": message },
-    });
-    let pod = match call("fail waiting Pod", api.patch_status(&r.name, &PatchParams::default(), &Patch::Merge(&patch)))
-        .await
-    {
-        Ok(p) => p,
+    let pp = PatchParams::default();
+    let written = match kind {
+        HolderKind::Pod => {
+            let api: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
+            let patch = json!({
+                "metadata": { "uid": r.uid },
+                "status": { "phase": "Failed", "reason": r.reason.as_str(), "message": message },
+            });
+            call("fail waiting Pod", api.patch_status(&r.name, &pp, &Patch::Merge(&patch)))
+                .await
+                .map(|p| p.object_ref(&()))
+        }
+        HolderKind::Claim => {
+            let api: Api<DistributedLockClaim> = Api::namespaced(ctx.client.clone(), ns);
+            let patch = json!({
+                "metadata": { "uid": r.uid },
+                "status": { "phase": "Rejected", "reason": r.reason.as_str(), "message": message },
+            });
+            call("reject claim", api.patch_status(&r.name, &pp, &Patch::Merge(&patch))).await.map(|c| c.object_ref(&()))
+        }
+    };
+    let waiter_ref = match written {
+        Ok(r) => r,
         Err(e) if e.is_not_found() || e.is_conflict() => return Ok(()),
         Err(e) => return Err(e),
     };
     Metrics::inc(&ctx.metrics.rejections, r.reason.as_str());
-    tracing::info!(lock = %lock.name_any(), pod = %r.name, reason = r.reason.as_str(), "waiter gave up");
-    ctx.event(&super::pod_ref(&pod), EventType::Warning, r.reason.as_str(), message.clone(), "Reject").await;
-    ctx.event(&lock.object_ref(&()), EventType::Normal, r.reason.as_str(), format!("{}: {message}", r.name), "Reject")
-        .await;
+    tracing::info!(lock = %lock.name_any(), waiter = %r.name, reason = r.reason.as_str(), "waiter gave up");
+    ctx.event(&waiter_ref, EventType::Warning, r.reason.as_str(), message.clone(), "Reject").await;
+    let lock_note = format!("{}: {message}", r.name);
+    ctx.event(&lock.object_ref(&()), EventType::Normal, r.reason.as_str(), lock_note, "Reject").await;
     Ok(())
 }
 

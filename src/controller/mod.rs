@@ -24,7 +24,7 @@ use prometheus_client::registry::Registry;
 
 use crate::admin::{self, AdminState};
 use crate::cli::OperatorArgs;
-use crate::crd::DistributedLock;
+use crate::crd::{DistributedLock, DistributedLockClaim};
 use crate::error::Error;
 use crate::lock::{LEASE_LABEL, LOCK_ANNOTATION};
 use crate::metrics::Metrics;
@@ -46,10 +46,13 @@ pub struct Context {
     pub recorder: Recorder,
     /// Metrics.
     pub metrics: Arc<Metrics>,
-    /// When this process first saw each lock's current holder granted: lock UID -> (holder pod
-    /// UID, instant). Monotonic clock, in memory: after a restart timeouts start over (later,
-    /// never earlier), as client-go's leader election does.
-    pub holder_clock: Mutex<HashMap<String, (String, Instant)>>,
+    /// `DistributedLockClaim`s.
+    pub claims: Store<DistributedLockClaim>,
+    /// When this process first saw each lock's current holder granted, and its last renewal:
+    /// lock UID -> ("holder UID/renewTime", granted at, renewal seen at). Monotonic clock, in
+    /// memory: after a restart timeouts start over (later, never earlier), as client-go's leader
+    /// election does.
+    pub holder_clock: Mutex<HashMap<String, (String, Instant, Instant)>>,
     /// When this process first saw each node not Ready (or missing): node name -> instant.
     pub node_clock: Mutex<HashMap<String, Instant>>,
     /// When this process first saw each pod waiting: pod UID -> instant (for `max-wait`).
@@ -138,6 +141,7 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
     let (pods, pod_writer) = reflector::store::<Pod>();
     let (leases, lease_writer) = reflector::store::<Lease>();
     let (nodes, node_writer) = reflector::store::<Node>();
+    let (claims, claim_writer) = reflector::store::<DistributedLockClaim>();
     // Every watch event that can change a lock's decision becomes a reconcile trigger for that
     // lock, deletions included (a holder pod that vanishes frees the lock at once).
     let (lock_tx, lock_rx) = mpsc::unbounded::<ObjectRef<DistributedLock>>();
@@ -179,6 +183,21 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
         },
     );
     let tx = lock_tx.clone();
+    spawn_watch(
+        "claims",
+        watcher(api::<DistributedLockClaim>(&client, ns), watcher::Config::default())
+            .default_backoff()
+            .reflect(claim_writer),
+        move |ev| match ev {
+            watcher::Event::Apply(c) | watcher::Event::InitApply(c) | watcher::Event::Delete(c) => {
+                if let Some(ns) = c.namespace() {
+                    let _ = tx.unbounded_send(ObjectRef::new(&c.spec.lock).within(&ns));
+                }
+            }
+            _ => {}
+        },
+    );
+    let tx = lock_tx.clone();
     let pods_for_nodes = pods.clone();
     spawn_watch(
         "nodes",
@@ -207,6 +226,7 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
         pods: pods.clone(),
         leases: leases.clone(),
         nodes: nodes.clone(),
+        claims: claims.clone(),
         recorder: Recorder::new(client.clone(), reporter),
         metrics: metrics.clone(),
         holder_clock: Mutex::default(),
@@ -226,7 +246,12 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
     let admin = tokio::spawn(admin::serve(args.admin_addr, admin_state.clone()));
     // Serve only once every cache is complete: a decision on a partial pod list could miss the
     // holder and grant a second pod.
-    let _ = tokio::join!(pods.wait_until_ready(), leases.wait_until_ready(), nodes.wait_until_ready());
+    let _ = tokio::join!(
+        pods.wait_until_ready(),
+        leases.wait_until_ready(),
+        nodes.wait_until_ready(),
+        claims.wait_until_ready()
+    );
     tracing::info!(namespace = ns.unwrap_or("<all>"), "starting controllers");
 
     let lock_loop =

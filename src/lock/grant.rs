@@ -56,11 +56,27 @@ impl Phase {
     }
 }
 
-/// What the decision needs to know about a pod that names the lock.
+/// How a holder keeps the lock: explicit per kind, never guessed from behaviour.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HolderKind {
+    /// A gated pod, held by its lifecycle until it is terminal or gone.
+    Pod,
+    /// A `DistributedLockClaim`, held while its holder renews the Lease at least every
+    /// `leaseDurationSeconds` (as seen on the operator's monotonic clock).
+    Claim,
+}
+
+/// What the decision needs to know about a candidate holder: a pod that names the lock, or a
+/// `DistributedLockClaim` for it. For a claim, "gated" means not granted yet, `Running` means
+/// granted, `Failed` means it gave up.
 #[derive(Clone, Debug, PartialEq)]
-pub struct PodView {
+pub struct Candidate {
+    /// Pod or claim.
+    pub kind: HolderKind,
     /// `metadata.name`.
     pub name: String,
+    /// The Lease `holderIdentity` it holds under: the pod name, or the claim's `spec.identity`.
+    pub identity: String,
     /// `metadata.uid`.
     pub uid: String,
     /// `metadata.creationTimestamp`.
@@ -83,7 +99,7 @@ pub struct PodView {
     pub waiting_for: Option<Duration>,
 }
 
-impl PodView {
+impl Candidate {
     /// Phase `Succeeded` or `Failed`: no container of this pod will run again.
     pub fn is_terminal(&self) -> bool {
         matches!(self.phase, Phase::Succeeded | Phase::Failed)
@@ -95,7 +111,7 @@ impl PodView {
     }
 }
 
-impl queue::Waiter for PodView {
+impl queue::Waiter for Candidate {
     fn created(&self) -> Timestamp {
         self.created
     }
@@ -134,6 +150,8 @@ pub struct Settings {
     pub start_timeout: Duration,
     /// `spec.nodeLossTimeoutSeconds`.
     pub node_loss_timeout: Duration,
+    /// `spec.leaseDurationSeconds`: how long a claim holder may go without renewing.
+    pub lease_duration: Duration,
 }
 
 /// One consistent snapshot, plus durations measured on the operator's monotonic clock.
@@ -144,7 +162,7 @@ pub struct Observation<'a> {
     /// The Lease, `None` if it does not exist.
     pub lease: Option<&'a LeaseView>,
     /// Every pod in the lock's namespace whose `leasehold.dev/lock` annotation names the lock.
-    pub pods: &'a [PodView],
+    pub pods: &'a [Candidate],
     /// The lock's `status.tokenCeiling` as read.
     pub ceiling: i64,
     /// The lock's `status.highestToken` as read: a lower bound for the next token.
@@ -156,13 +174,19 @@ pub struct Observation<'a> {
     pub holder_pending_for: Option<Duration>,
     /// How long the current holder's node has been seen NotReady/Unknown/missing.
     pub holder_node_lost_for: Option<Duration>,
+    /// For a claim holder: how long since the operator last saw the Lease's `renewTime` change.
+    pub holder_renewed_ago: Option<Duration>,
 }
 
 /// A grant: this pod holds the lock with this token.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Grant {
-    /// Pod name.
+    /// Pod or claim.
+    pub kind: HolderKind,
+    /// Object name (pod or claim).
     pub name: String,
+    /// Lease `holderIdentity`.
+    pub identity: String,
     /// Pod UID.
     pub uid: String,
     /// Fencing token.
@@ -182,6 +206,8 @@ pub enum ReleaseReason {
     DeletedBeforeStart,
     /// The pod's node stopped reporting for longer than `nodeLossTimeoutSeconds`.
     NodeLost,
+    /// A claim holder did not renew the Lease within `leaseDurationSeconds`.
+    Expired,
 }
 
 impl ReleaseReason {
@@ -193,6 +219,7 @@ impl ReleaseReason {
             ReleaseReason::Gone => "HolderGone",
             ReleaseReason::DeletedBeforeStart => "HolderDeletedBeforeStart",
             ReleaseReason::NodeLost => "HolderNodeLost",
+            ReleaseReason::Expired => "HolderLeaseExpired",
         }
     }
 }
@@ -266,9 +293,10 @@ pub enum Decision {
         /// New `leasehold.dev/token-floor`, when the Lease was hand-edited and is re-floored.
         floor: Option<i64>,
     },
-    /// The Lease names this grant but the pod is still gated or lacks the token: patch the pod
-    /// (remove the gate, set the token annotation). Happens after a crash between the two writes.
-    PatchPod(Grant),
+    /// The Lease names this grant but the holder does not show it yet: patch the pod (remove the
+    /// gate, set the token annotation) or the claim's status (phase Granted, token). Happens after
+    /// every Lease write of a grant, and after a crash between the two writes.
+    PatchHolder(Grant),
     /// Delete the holder pod: it stayed Pending longer than the start timeout.
     DeletePod {
         /// Pod name.
@@ -311,7 +339,7 @@ enum HolderState {
 /// # Errors
 /// [`TokenExhausted`] when the next token would not fit in an `int64`.
 pub fn decide(obs: &Observation<'_>) -> Result<Plan, TokenExhausted> {
-    let mut waiters: Vec<&PodView> = obs.pods.iter().filter(|p| p.is_waiter()).collect();
+    let mut waiters: Vec<&Candidate> = obs.pods.iter().filter(|p| p.is_waiter()).collect();
     queue::sort(&mut waiters);
 
     let Some(lease) = obs.lease else {
@@ -334,7 +362,7 @@ pub fn decide(obs: &Observation<'_>) -> Result<Plan, TokenExhausted> {
         HolderState::Free => None,
         HolderState::Released(r) => Some(r),
         HolderState::NeedsPatch(g) => {
-            return Ok(holding(g.clone(), Decision::PatchPod(g), waiters));
+            return Ok(holding(g.clone(), Decision::PatchHolder(g), waiters));
         }
         HolderState::StartTimedOut(g) => {
             let decision = Decision::DeletePod { name: g.name.clone(), uid: g.uid.clone() };
@@ -384,37 +412,46 @@ pub fn decide(obs: &Observation<'_>) -> Result<Plan, TokenExhausted> {
 }
 
 /// A plan while `holder` keeps the lock: it is never listed among the waiters.
-fn holding(holder: Grant, decision: Decision, mut waiters: Vec<&PodView>) -> Plan {
+fn holding(holder: Grant, decision: Decision, mut waiters: Vec<&Candidate>) -> Plan {
     waiters.retain(|w| w.uid != holder.uid);
     Plan { decision, waiters: names(&waiters), holder: Some(holder) }
 }
 
 fn holder_state(obs: &Observation<'_>, lease: &LeaseView) -> HolderState {
-    let Some(h) = &lease.holder else {
-        return HolderState::Free;
-    };
+    let Some(h) = &lease.holder else { return HolderState::Free };
     let release = |reason| HolderState::Released(Release { name: h.name.clone(), token: lease.token, reason });
-    let pod = obs.pods.iter().find(|p| p.name == h.name && Some(&p.uid) == h.uid.as_ref());
-    let Some(pod) = pod else {
-        return release(ReleaseReason::Gone);
-    };
-    match pod.phase {
+    let found = obs.pods.iter().find(|p| p.identity == h.name && Some(&p.uid) == h.uid.as_ref());
+    let Some(c) = found else { return release(ReleaseReason::Gone) };
+    match c.phase {
         Phase::Succeeded => return release(ReleaseReason::Succeeded),
         Phase::Failed => return release(ReleaseReason::Failed),
         _ => {}
     }
-    if pod.gated && pod.deleting {
+    if c.gated && c.deleting {
         return release(ReleaseReason::DeletedBeforeStart);
     }
-    let g = Grant { name: pod.name.clone(), uid: pod.uid.clone(), token: lease.token };
-    if pod.gated || pod.token != Some(lease.token) {
+    let g = Grant {
+        kind: c.kind,
+        name: c.name.clone(),
+        identity: c.identity.clone(),
+        uid: c.uid.clone(),
+        token: lease.token,
+    };
+    if c.kind == HolderKind::Claim
+        && !c.gated
+        && obs.holder_renewed_ago.is_some_and(|d| d >= obs.settings.lease_duration)
+    {
+        return release(ReleaseReason::Expired);
+    }
+    if c.gated || c.token != Some(lease.token) {
         return HolderState::NeedsPatch(g);
     }
     if obs.holder_node_lost_for.is_some_and(|d| d >= obs.settings.node_loss_timeout) {
         return release(ReleaseReason::NodeLost);
     }
-    if pod.phase == Phase::Pending
-        && !pod.deleting
+    if c.kind == HolderKind::Pod
+        && c.phase == Phase::Pending
+        && !c.deleting
         && obs.holder_pending_for.is_some_and(|d| d >= obs.settings.start_timeout)
     {
         return HolderState::StartTimedOut(g);
@@ -423,7 +460,7 @@ fn holder_state(obs: &Observation<'_>, lease: &LeaseView) -> HolderState {
 }
 
 /// Waiters that give up while `holder` holds: skip policy, or max-wait reached.
-fn rejections(waiters: &[&PodView], holder: &Grant) -> Vec<Reject> {
+fn rejections(waiters: &[&Candidate], holder: &Grant) -> Vec<Reject> {
     waiters
         .iter()
         .filter(|w| w.uid != holder.uid)
@@ -441,7 +478,7 @@ fn rejections(waiters: &[&PodView], holder: &Grant) -> Vec<Reject> {
 }
 
 /// When the first waiter's max-wait runs out.
-fn next_wait_expiry(waiters: &[&PodView]) -> Option<Duration> {
+fn next_wait_expiry(waiters: &[&Candidate]) -> Option<Duration> {
     waiters.iter().filter_map(|w| w.max_wait.zip(w.waiting_for).map(|(max, waited)| max.saturating_sub(waited))).min()
 }
 
@@ -455,15 +492,16 @@ fn min_some(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
 /// When the earliest running timeout (start or node loss) of the current holder expires.
 fn next_timeout(obs: &Observation<'_>) -> Option<Duration> {
     let start = obs.holder_pending_for.map(|d| obs.settings.start_timeout.saturating_sub(d));
+    let renew = obs.holder_renewed_ago.map(|d| obs.settings.lease_duration.saturating_sub(d));
     let node = obs.holder_node_lost_for.map(|d| obs.settings.node_loss_timeout.saturating_sub(d));
-    min_some(start, node)
+    min_some(min_some(start, node), renew)
 }
 
 /// After a Lease was deleted: the still-running pod with the highest token keeps holding.
-fn adoptable_holder(pods: &[PodView]) -> Option<Grant> {
+fn adoptable_holder(pods: &[Candidate]) -> Option<Grant> {
     pods.iter()
-        .filter(|p| !p.gated && !p.is_terminal() && p.node_name.is_some())
-        .filter_map(|p| p.token.map(|t| Grant { name: p.name.clone(), uid: p.uid.clone(), token: t }))
+        .filter(|p| !p.gated && !p.is_terminal() && (p.kind == HolderKind::Claim || p.node_name.is_some()))
+        .filter_map(|p| p.token.map(|t| grant_for(p, t)))
         .max_by_key(|g| g.token)
 }
 
@@ -471,11 +509,15 @@ fn reserve(ceiling: i64, token: i64) -> Result<Decision, TokenExhausted> {
     Ok(Decision::Reserve { from: ceiling, to: fencing::reserve(ceiling, token)? })
 }
 
-fn grant(pod: &PodView, token: Result<i64, TokenExhausted>) -> Result<Grant, TokenExhausted> {
-    Ok(Grant { name: pod.name.clone(), uid: pod.uid.clone(), token: token? })
+fn grant(c: &Candidate, token: Result<i64, TokenExhausted>) -> Result<Grant, TokenExhausted> {
+    Ok(grant_for(c, token?))
 }
 
-fn names(waiters: &[&PodView]) -> Vec<String> {
+fn grant_for(c: &Candidate, token: i64) -> Grant {
+    Grant { kind: c.kind, name: c.name.clone(), identity: c.identity.clone(), uid: c.uid.clone(), token }
+}
+
+fn names(waiters: &[&Candidate]) -> Vec<String> {
     waiters.iter().map(|w| w.name.clone()).collect()
 }
 

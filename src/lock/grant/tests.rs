@@ -1,12 +1,17 @@
 use super::*;
 use crate::lock::policy::BusyPolicy;
 
-const SETTINGS: Settings =
-    Settings { start_timeout: Duration::from_secs(300), node_loss_timeout: Duration::from_secs(60) };
+const SETTINGS: Settings = Settings {
+    start_timeout: Duration::from_secs(300),
+    node_loss_timeout: Duration::from_secs(60),
+    lease_duration: Duration::from_secs(15),
+};
 
-fn pod(name: &str, created: i64) -> PodView {
-    PodView {
+fn pod(name: &str, created: i64) -> Candidate {
+    Candidate {
+        kind: HolderKind::Pod,
         name: name.into(),
+        identity: name.into(),
         uid: format!("uid-{name}"),
         created: Timestamp::from_second(created).unwrap(),
         gated: true,
@@ -20,8 +25,8 @@ fn pod(name: &str, created: i64) -> PodView {
     }
 }
 
-fn running(name: &str, created: i64, token: i64) -> PodView {
-    PodView {
+fn running(name: &str, created: i64, token: i64) -> Candidate {
+    Candidate {
         gated: false,
         node_name: Some("node-a".into()),
         phase: Phase::Running,
@@ -39,7 +44,7 @@ fn lease(holder: Option<&str>, token: i64) -> LeaseView {
     }
 }
 
-fn obs<'a>(lease: Option<&'a LeaseView>, pods: &'a [PodView]) -> Observation<'a> {
+fn obs<'a>(lease: Option<&'a LeaseView>, pods: &'a [Candidate]) -> Observation<'a> {
     Observation {
         settings: SETTINGS,
         lease,
@@ -49,11 +54,12 @@ fn obs<'a>(lease: Option<&'a LeaseView>, pods: &'a [PodView]) -> Observation<'a>
         fresh_reservation: None,
         holder_pending_for: None,
         holder_node_lost_for: None,
+        holder_renewed_ago: None,
     }
 }
 
 fn granted(name: &str, token: i64) -> Option<Grant> {
-    Some(Grant { name: name.into(), uid: format!("uid-{name}"), token })
+    Some(Grant { kind: HolderKind::Pod, name: name.into(), identity: name.into(), uid: format!("uid-{name}"), token })
 }
 
 #[test]
@@ -110,7 +116,7 @@ fn running_holder_keeps_the_lock_and_is_not_a_waiter() {
 
 #[test]
 fn terminating_holder_still_holds() {
-    let pods = [PodView { deleting: true, ..running("h", 1, 3) }, pod("w", 2)];
+    let pods = [Candidate { deleting: true, ..running("h", 1, 3) }, pod("w", 2)];
     let l = lease(Some("h"), 3);
     assert_eq!(decide(&obs(Some(&l), &pods)).unwrap().decision, Decision::Idle { requeue_after: None });
 }
@@ -118,7 +124,7 @@ fn terminating_holder_still_holds() {
 #[test]
 fn finished_holder_hands_over_in_one_lease_write() {
     for (phase, reason) in [(Phase::Succeeded, ReleaseReason::Succeeded), (Phase::Failed, ReleaseReason::Failed)] {
-        let pods = [PodView { phase, ..running("h", 1, 3) }, pod("w", 2)];
+        let pods = [Candidate { phase, ..running("h", 1, 3) }, pod("w", 2)];
         let l = lease(Some("h"), 3);
         let plan = decide(&obs(Some(&l), &pods)).unwrap();
         let released = Some(Release { name: "h".into(), token: 3, reason });
@@ -136,7 +142,7 @@ fn vanished_holder_without_waiters_frees_the_lock() {
 
 #[test]
 fn a_new_pod_reusing_the_holders_name_is_not_the_holder() {
-    let pods = [PodView { uid: "other".into(), ..running("h", 1, 3) }];
+    let pods = [Candidate { uid: "other".into(), ..running("h", 1, 3) }];
     let l = lease(Some("h"), 3);
     let plan = decide(&obs(Some(&l), &pods)).unwrap();
     assert!(matches!(
@@ -150,13 +156,13 @@ fn grant_recorded_in_lease_but_pod_still_gated_is_finished() {
     let pods = [pod("h", 1), pod("w", 2)];
     let l = lease(Some("h"), 3);
     let plan = decide(&obs(Some(&l), &pods)).unwrap();
-    assert_eq!(plan.decision, Decision::PatchPod(granted("h", 3).unwrap()));
+    assert_eq!(plan.decision, Decision::PatchHolder(granted("h", 3).unwrap()));
     assert_eq!(plan.waiters, ["w"]);
 }
 
 #[test]
 fn holder_deleted_before_start_releases() {
-    let pods = [PodView { deleting: true, ..pod("h", 1) }, pod("w", 2)];
+    let pods = [Candidate { deleting: true, ..pod("h", 1) }, pod("w", 2)];
     let l = lease(Some("h"), 3);
     let plan = decide(&obs(Some(&l), &pods)).unwrap();
     let released = Some(Release { name: "h".into(), token: 3, reason: ReleaseReason::DeletedBeforeStart });
@@ -165,7 +171,7 @@ fn holder_deleted_before_start_releases() {
 
 #[test]
 fn start_timeout_deletes_the_pending_holder() {
-    let pods = [PodView { phase: Phase::Pending, node_name: None, ..running("h", 1, 3) }];
+    let pods = [Candidate { phase: Phase::Pending, node_name: None, ..running("h", 1, 3) }];
     let l = lease(Some("h"), 3);
     let o = Observation { holder_pending_for: Some(Duration::from_secs(100)), ..obs(Some(&l), &pods) };
     assert_eq!(decide(&o).unwrap().decision, Decision::Idle { requeue_after: Some(Duration::from_secs(200)) });
@@ -187,9 +193,9 @@ fn lost_node_hands_the_lock_over_with_a_higher_token() {
 #[test]
 fn pods_that_are_bound_terminal_or_deleting_never_wait() {
     let pods = [
-        PodView { gated: false, node_name: Some("n".into()), ..pod("bound", 1) },
-        PodView { phase: Phase::Succeeded, ..pod("done", 2) },
-        PodView { deleting: true, ..pod("deleting", 3) },
+        Candidate { gated: false, node_name: Some("n".into()), ..pod("bound", 1) },
+        Candidate { phase: Phase::Succeeded, ..pod("done", 2) },
+        Candidate { deleting: true, ..pod("deleting", 3) },
         pod("ok", 4),
     ];
     let l = lease(None, 0);
@@ -232,7 +238,7 @@ fn holder_with_a_uid_less_lease_entry_is_released() {
 
 #[test]
 fn skip_waiters_give_up_while_the_lock_is_held() {
-    let pods = [running("h", 1, 3), PodView { on_busy: BusyPolicy::Skip, ..pod("skipper", 2) }, pod("patient", 3)];
+    let pods = [running("h", 1, 3), Candidate { on_busy: BusyPolicy::Skip, ..pod("skipper", 2) }, pod("patient", 3)];
     let l = lease(Some("h"), 3);
     let plan = decide(&obs(Some(&l), &pods)).unwrap();
     assert_eq!(
@@ -247,7 +253,7 @@ fn skip_waiters_give_up_while_the_lock_is_held() {
 
 #[test]
 fn skip_waiter_at_the_head_of_a_free_lock_is_granted() {
-    let pods = [PodView { on_busy: BusyPolicy::Skip, ..pod("skipper", 1) }];
+    let pods = [Candidate { on_busy: BusyPolicy::Skip, ..pod("skipper", 1) }];
     let l = lease(None, 0);
     let plan = decide(&obs(Some(&l), &pods)).unwrap();
     assert_eq!(plan.decision, Decision::UpdateLease { holder: granted("skipper", 1), released: None, floor: None });
@@ -255,7 +261,7 @@ fn skip_waiter_at_the_head_of_a_free_lock_is_granted() {
 
 #[test]
 fn max_wait_gives_up_after_the_limit_and_requeues_until_then() {
-    let wait = |secs| PodView {
+    let wait = |secs| Candidate {
         max_wait: Some(Duration::from_secs(60)),
         waiting_for: Some(Duration::from_secs(secs)),
         ..pod("w", 2)
@@ -275,4 +281,39 @@ fn max_wait_gives_up_after_the_limit_and_requeues_until_then() {
             reason: RejectReason::LockWaitTimeout
         }])
     );
+}
+
+fn claim(name: &str, created: i64) -> Candidate {
+    Candidate { kind: HolderKind::Claim, identity: format!("{name}-host"), ..pod(name, created) }
+}
+
+#[test]
+fn claims_queue_with_pods_and_hold_under_their_identity() {
+    let pods = [claim("c", 1), pod("p", 2)];
+    let l = lease(None, 0);
+    let plan = decide(&obs(Some(&l), &pods)).unwrap();
+    let want =
+        Grant { kind: HolderKind::Claim, name: "c".into(), identity: "c-host".into(), uid: "uid-c".into(), token: 1 };
+    assert_eq!(plan.decision, Decision::UpdateLease { holder: Some(want), released: None, floor: None });
+}
+
+#[test]
+fn claim_holder_that_stops_renewing_expires_and_the_next_waiter_gets_a_higher_token() {
+    let holder = Candidate { gated: false, phase: Phase::Running, token: Some(3), ..claim("c", 1) };
+    let pods = [holder, pod("p", 2)];
+    let mut l = lease(None, 3);
+    l.holder = Some(Holder { name: "c-host".into(), uid: Some("uid-c".into()) });
+    let o = Observation { holder_renewed_ago: Some(Duration::from_secs(14)), ..obs(Some(&l), &pods) };
+    assert_eq!(decide(&o).unwrap().decision, Decision::Idle { requeue_after: Some(Duration::from_secs(1)) });
+    let o = Observation { holder_renewed_ago: Some(Duration::from_secs(15)), ..o };
+    let released = Some(Release { name: "c-host".into(), token: 3, reason: ReleaseReason::Expired });
+    assert_eq!(decide(&o).unwrap().decision, Decision::UpdateLease { holder: granted("p", 4), released, floor: None });
+}
+
+#[test]
+fn pod_holders_never_expire_by_time() {
+    let pods = [running("h", 1, 3), pod("w", 2)];
+    let l = lease(Some("h"), 3);
+    let o = Observation { holder_renewed_ago: Some(Duration::from_secs(3600)), ..obs(Some(&l), &pods) };
+    assert!(matches!(decide(&o).unwrap().decision, Decision::Idle { .. }));
 }
