@@ -288,14 +288,15 @@ pub fn gated_pod(name: &str, lock: &str, run_for: &str) -> Pod {
 }
 
 /// What a test observed about the pods of one namespace, from a watch: the order in which pods
-/// were ungated with their tokens, and every moment two pods held at once.
+/// were ungated with their tokens, and every moment two pods held one lock at once.
 #[derive(Default, Debug, Clone)]
 pub struct HolderLog {
     /// (pod, token) in the order the pods were first seen ungated.
     pub grants: Vec<(String, i64)>,
     /// Descriptions of observed overlaps (two ungated, non-terminal pods at once).
     pub overlaps: Vec<String>,
-    state: BTreeMap<String, bool>,
+    /// pod -> (lock it names, holding now)
+    state: BTreeMap<String, (String, bool)>,
 }
 
 /// A copy of what was observed so far.
@@ -324,9 +325,7 @@ pub fn watch_holders(ns: &TestNs) -> Arc<Mutex<HolderLog>> {
 }
 
 fn record(log: &mut HolderLog, p: &Pod, deleted: bool) {
-    if !p.annotations().contains_key(LOCK_ANNOTATION) {
-        return;
-    }
+    let Some(lock) = p.annotations().get(LOCK_ANNOTATION).cloned() else { return };
     let name = p.name_any();
     let gated = p.spec.as_ref().and_then(|s| s.scheduling_gates.as_ref()).is_some_and(|g| !g.is_empty());
     let phase = p.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_default();
@@ -335,10 +334,10 @@ fn record(log: &mut HolderLog, p: &Pod, deleted: bool) {
         let token = p.annotations().get(TOKEN_ANNOTATION).and_then(|t| t.parse().ok()).unwrap_or(-1);
         log.grants.push((name.clone(), token));
     }
-    log.state.insert(name, holding);
-    let holders: Vec<_> = log.state.iter().filter(|(_, h)| **h).map(|(n, _)| n.clone()).collect();
+    log.state.insert(name, (lock.clone(), holding));
+    let holders: Vec<_> = log.state.iter().filter(|(_, (l, h))| *h && *l == lock).map(|(n, _)| n.clone()).collect();
     if holders.len() > 1 {
-        log.overlaps.push(format!("{holders:?}"));
+        log.overlaps.push(format!("lock {lock}: {holders:?}"));
     }
 }
 
