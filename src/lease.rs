@@ -116,8 +116,8 @@ fn apply_grant(
     }
     let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
     spec.lease_duration_seconds = Some(lock.spec.lease_duration_seconds);
-    let changed = spec.holder_identity.as_deref() != holder.map(|g| g.name.as_str());
-    spec.holder_identity = holder.map(|g| g.name.clone());
+    let changed = spec.holder_identity.as_deref() != holder.map(|g| g.identity.as_str());
+    spec.holder_identity = holder.map(|g| g.identity.clone());
     spec.acquire_time = holder.map(|_| MicroTime(now));
     spec.renew_time = holder.map(|_| MicroTime(now));
     if changed && holder.is_some() {

@@ -10,8 +10,11 @@ pub mod cli;
 pub mod controller;
 pub mod crd;
 pub mod error;
+pub mod holder;
+pub mod leader;
 pub mod lease;
 pub mod lock;
+pub mod lock_cli;
 pub mod metrics;
 pub mod telemetry;
 

@@ -13,6 +13,10 @@ async fn main() -> anyhow::Result<()> {
                 std::fs::write(dir.join(leasehold::crd::crd_file_name(&crd)), leasehold::crd::crd_yaml(&crd)?)?;
             }
         }
+        Command::Lock(args) => {
+            leasehold::telemetry::init(leasehold::telemetry::LogFormat::Plain);
+            std::process::exit(leasehold::lock_cli::run(args).await);
+        }
         Command::Operator(args) => {
             leasehold::telemetry::init(args.log_format);
             leasehold::controller::run(args).await?;

@@ -133,6 +133,8 @@ pub fn lock_of(pod: &Pod) -> Option<ObjectRef<DistributedLock>> {
 /// Fails if no kubeconfig / in-cluster config is found or the admin address cannot be bound.
 pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
     let client = Client::try_default().await?;
+    // With --leader-elect: wait until this replica leads (exits non-zero if it loses the lead).
+    crate::leader::elect(&client, &args).await?;
     let ns = args.namespace.as_deref();
     let mut registry = Registry::default();
     let metrics = Arc::new(Metrics::new(&mut registry));

@@ -1,0 +1,501 @@
+//! Holder side of a lock, as a library: claim a lock, wait for the grant (watch, not polling),
+//! renew it, learn when it is lost, release it.
+//!
+//! ```no_run
+//! # async fn demo(client: kube::Client) -> Result<(), leasehold::holder::HolderError> {
+//! use leasehold::holder::Holder;
+//! let holder = Holder::new(client, "default", "nightly-report", "report-runner-1");
+//! let guard = holder.acquire(Some(std::time::Duration::from_secs(60))).await?;
+//! let token = guard.token(); // send this with every write to the protected resource
+//! tokio::select! {
+//!     reason = guard.lost() => eprintln!("lost the lock ({reason}): stop writing now"),
+//!     _ = async { /* the work, writing with `token` */ } => {}
+//! }
+//! guard.release().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! How it works: [`Holder::acquire`] creates a `DistributedLockClaim` (it joins the same FIFO
+//! queue as gated pods) and watches it until the operator writes the grant's fencing token into
+//! its status. From then on the holder must **renew**: every `retry_period` it compare-and-swaps
+//! the Lease's `renewTime`, if the Lease still names it. The operator takes the lock back when it
+//! has not seen a renewal for `leaseDurationSeconds` on its own monotonic clock.
+//!
+//! Timings follow client-go's leader election (`leaseDuration` 15 s, `renewDeadline` 10 s,
+//! `retryPeriod` 2 s, k8s.io/client-go/tools/leaderelection): by default they scale with the
+//! lock's `leaseDurationSeconds` in the same ratios (deadline 2/3, retry 2/15 of it). If a holder
+//! cannot renew within `renew_deadline` (measured on its own monotonic clock from the start of
+//! its last successful renewal) it considers the lock lost *before* the operator can hand it to
+//! anyone else: the operator only expires the lease a full `leaseDurationSeconds` after it saw
+//! that renewal, which is later still.
+//!
+//! **Guarantees.** With a live, well-behaved holder the lock is exclusive (efficiency grade).
+//! A holder that is paused (GC, SIGSTOP, a partition) can resume after the lease expired and act
+//! before it notices; only the fencing token ([`LockGuard::token`]), checked by the resource it
+//! writes to, makes such late writes harmless (correctness grade).
+
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DeleteParams, PostParams, Preconditions};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
+use tokio::sync::watch;
+
+use crate::crd::{ClaimPhase, DistributedLock, DistributedLockClaim, DistributedLockClaimSpec, OnBusy};
+use crate::lock::HOLDER_UID_ANNOTATION;
+
+/// Why a holder call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum HolderError {
+    /// A Kubernetes API call failed.
+    #[error("{op} failed: {source}")]
+    Kube {
+        /// What was being done.
+        op: &'static str,
+        /// The client error.
+        #[source]
+        source: kube::Error,
+    },
+    /// The lock does not exist in the namespace.
+    #[error("DistributedLock {namespace}/{lock} does not exist")]
+    LockNotFound {
+        /// Namespace.
+        namespace: String,
+        /// Lock name.
+        lock: String,
+    },
+    /// The lock was busy and the caller asked not to wait.
+    #[error("lock {0} is held by someone else")]
+    Busy(String),
+    /// The wait for the grant timed out.
+    #[error("timed out after {0:?} waiting for lock {1}")]
+    WaitTimeout(Duration, String),
+    /// The operator rejected the claim (reason from its status).
+    #[error("claim rejected: {0}")]
+    Rejected(String),
+    /// The timings are inconsistent (must be lease > renew deadline > retry period > 0).
+    #[error("invalid timings: {0}")]
+    InvalidTimings(String),
+    /// The lock was lost before the call (release by a holder that no longer holds).
+    #[error("not the holder of lock {0} (anymore)")]
+    NotHolder(String),
+}
+
+fn kube_err(op: &'static str) -> impl FnOnce(kube::Error) -> HolderError {
+    move |source| HolderError::Kube { op, source }
+}
+
+/// Renewal timings. `None` fields derive from the lock's `leaseDurationSeconds` in client-go's
+/// ratios (renew deadline 2/3, retry period 2/15 of it).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Timings {
+    /// Give up (lock lost) when no renewal succeeded for this long.
+    pub renew_deadline: Option<Duration>,
+    /// Time between renewals.
+    pub retry_period: Option<Duration>,
+}
+
+/// Why a held lock was lost.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LostReason {
+    /// No renewal succeeded within the renew deadline.
+    RenewDeadlineExceeded(Duration),
+    /// The Lease names another holder (or nobody): the lock was taken back.
+    Taken,
+}
+
+impl std::fmt::Display for LostReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LostReason::RenewDeadlineExceeded(d) => write!(f, "could not renew within the renew deadline of {d:?}"),
+            LostReason::Taken => write!(f, "the Lease no longer names this holder"),
+        }
+    }
+}
+
+/// A would-be holder of one lock under one identity.
+#[derive(Clone)]
+pub struct Holder {
+    client: Client,
+    namespace: String,
+    lock: String,
+    identity: String,
+    timings: Timings,
+    owner: Option<OwnerReference>,
+}
+
+impl Holder {
+    /// A holder of `lock` in `namespace` under `identity` (the Lease's `holderIdentity`).
+    pub fn new(client: Client, namespace: &str, lock: &str, identity: &str) -> Self {
+        Holder {
+            client,
+            namespace: namespace.into(),
+            lock: lock.into(),
+            identity: identity.into(),
+            timings: Timings::default(),
+            owner: None,
+        }
+    }
+
+    /// Overrides the renewal timings.
+    pub fn with_timings(mut self, timings: Timings) -> Self {
+        self.timings = timings;
+        self
+    }
+
+    /// Makes the claim owned by a pod (name, uid), so it is garbage-collected with the pod.
+    pub fn owned_by_pod(mut self, name: &str, uid: &str) -> Self {
+        self.owner = Some(OwnerReference {
+            api_version: "v1".into(),
+            kind: "Pod".into(),
+            name: name.into(),
+            uid: uid.into(),
+            ..OwnerReference::default()
+        });
+        self
+    }
+
+    /// Waits (FIFO, with gated pods) until the lock is granted; `wait_timeout` bounds the wait.
+    ///
+    /// # Errors
+    /// [`HolderError::WaitTimeout`], [`HolderError::LockNotFound`], [`HolderError::Rejected`],
+    /// [`HolderError::InvalidTimings`], [`HolderError::Kube`].
+    pub async fn acquire(&self, wait_timeout: Option<Duration>) -> Result<LockGuard, HolderError> {
+        self.claim(OnBusy::Wait, wait_timeout).await
+    }
+
+    /// Takes the lock only if it can be granted at once: `Ok(None)` when it is busy.
+    ///
+    /// # Errors
+    /// As [`Holder::acquire`].
+    pub async fn try_acquire(&self) -> Result<Option<LockGuard>, HolderError> {
+        match self.claim(OnBusy::Skip, None).await {
+            Ok(g) => Ok(Some(g)),
+            Err(HolderError::Busy(_)) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn claim(&self, on_busy: OnBusy, wait_timeout: Option<Duration>) -> Result<LockGuard, HolderError> {
+        let locks: Api<DistributedLock> = Api::namespaced(self.client.clone(), &self.namespace);
+        let lock =
+            locks.get_opt(&self.lock).await.map_err(kube_err("get DistributedLock"))?.ok_or_else(|| {
+                HolderError::LockNotFound { namespace: self.namespace.clone(), lock: self.lock.clone() }
+            })?;
+        let lease_duration = Duration::from_secs(lock.spec.lease_duration_seconds.max(1) as u64);
+        let (renew_deadline, retry_period) = resolve_timings(lease_duration, self.timings)?;
+
+        let claims: Api<DistributedLockClaim> = Api::namespaced(self.client.clone(), &self.namespace);
+        let claim = DistributedLockClaim {
+            metadata: ObjectMeta {
+                generate_name: Some(format!("{}-", self.lock)),
+                owner_references: self.owner.clone().map(|o| vec![o]),
+                ..ObjectMeta::default()
+            },
+            spec: DistributedLockClaimSpec {
+                lock: self.lock.clone(),
+                identity: self.identity.clone(),
+                on_busy,
+                max_wait_seconds: None,
+            },
+            status: None,
+        };
+        let claim = claims.create(&PostParams::default(), &claim).await.map_err(kube_err("create claim"))?;
+        let claim_name = claim.name_any();
+        let claim_uid = claim.uid().unwrap_or_default();
+        let wait = self.wait_for_grant(&claims, &claim_name);
+        let outcome = match wait_timeout {
+            Some(t) => tokio::time::timeout(t, wait)
+                .await
+                .unwrap_or_else(|_| Err(HolderError::WaitTimeout(t, self.lock.clone()))),
+            None => wait.await,
+        };
+        let token = match outcome {
+            Ok(t) => t,
+            Err(e) => {
+                delete_claim(&claims, &claim_name, &claim_uid).await;
+                return Err(e);
+            }
+        };
+        let guard = LockGuard::start(self, claim_name, claim_uid, token, renew_deadline, retry_period).await;
+        match guard {
+            Ok(g) => Ok(g),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Watches the claim until it is granted (token) or rejected.
+    async fn wait_for_grant(&self, claims: &Api<DistributedLockClaim>, name: &str) -> Result<i64, HolderError> {
+        let cfg = watcher::Config::default().fields(&format!("metadata.name={name}"));
+        let mut events = watcher(claims.clone(), cfg).default_backoff().boxed();
+        while let Some(ev) = events.next().await {
+            let ev = match ev {
+                Ok(ev) => ev,
+                Err(e) => {
+                    tracing::warn!(error = %e, "claim watch error (retrying)");
+                    continue;
+                }
+            };
+            let (watcher::Event::Apply(c) | watcher::Event::InitApply(c)) = ev else { continue };
+            let status = c.status.unwrap_or_default();
+            if let Some(token) = status.token {
+                return Ok(token);
+            }
+            if status.phase == Some(ClaimPhase::Rejected) {
+                return Err(match status.reason.as_deref() {
+                    Some("LockBusy") => HolderError::Busy(self.lock.clone()),
+                    _ => HolderError::Rejected(status.message.unwrap_or_default()),
+                });
+            }
+        }
+        Err(HolderError::Rejected("claim watch ended".into()))
+    }
+}
+
+/// Checks and fills in the timings: lease > renew deadline > retry period > 0.
+fn resolve_timings(lease: Duration, t: Timings) -> Result<(Duration, Duration), HolderError> {
+    let deadline = t.renew_deadline.unwrap_or(lease * 2 / 3);
+    let retry = t.retry_period.unwrap_or(lease * 2 / 15).max(Duration::from_millis(100));
+    if deadline >= lease {
+        return Err(HolderError::InvalidTimings(format!(
+            "renew deadline {deadline:?} must be shorter than the lock's lease duration {lease:?}"
+        )));
+    }
+    if retry >= deadline || retry.is_zero() {
+        return Err(HolderError::InvalidTimings(format!(
+            "retry period {retry:?} must be positive and shorter than the renew deadline {deadline:?}"
+        )));
+    }
+    Ok((deadline, retry))
+}
+
+async fn delete_claim(claims: &Api<DistributedLockClaim>, name: &str, uid: &str) {
+    let dp = DeleteParams {
+        preconditions: Some(Preconditions { uid: Some(uid.into()), resource_version: None }),
+        ..DeleteParams::default()
+    };
+    if let Err(e) = claims.delete(name, &dp).await {
+        tracing::debug!(error = %e, claim = name, "claim delete failed (it may be gone)");
+    }
+}
+
+/// A held lock. Renews in the background until released or lost.
+pub struct LockGuard {
+    lock: String,
+    identity: String,
+    token: i64,
+    claim_name: String,
+    claim_uid: String,
+    leases: Api<Lease>,
+    claims: Api<DistributedLockClaim>,
+    lost_rx: watch::Receiver<Option<LostReason>>,
+    renewer: tokio::task::JoinHandle<()>,
+}
+
+impl LockGuard {
+    async fn start(
+        h: &Holder,
+        claim_name: String,
+        claim_uid: String,
+        token: i64,
+        renew_deadline: Duration,
+        retry_period: Duration,
+    ) -> Result<LockGuard, HolderError> {
+        let leases: Api<Lease> = Api::namespaced(h.client.clone(), &h.namespace);
+        let claims: Api<DistributedLockClaim> = Api::namespaced(h.client.clone(), &h.namespace);
+        // Prove the grant with a first renewal before the caller may act on it.
+        let started = Instant::now();
+        match renew(&leases, &h.lock, &h.identity, &claim_uid).await {
+            Ok(true) => {}
+            Ok(false) => {
+                delete_claim(&claims, &claim_name, &claim_uid).await;
+                return Err(HolderError::NotHolder(h.lock.clone()));
+            }
+            Err(e) => {
+                delete_claim(&claims, &claim_name, &claim_uid).await;
+                return Err(e);
+            }
+        }
+        let (lost_tx, lost_rx) = watch::channel(None);
+        let renewer = tokio::spawn(renew_loop(
+            leases.clone(),
+            h.lock.clone(),
+            h.identity.clone(),
+            claim_uid.clone(),
+            started,
+            renew_deadline,
+            retry_period,
+            lost_tx,
+        ));
+        Ok(LockGuard {
+            lock: h.lock.clone(),
+            identity: h.identity.clone(),
+            token,
+            claim_name,
+            claim_uid,
+            leases,
+            claims,
+            lost_rx,
+            renewer,
+        })
+    }
+
+    /// The fencing token of this grant: send it with every write to the protected resource.
+    pub fn token(&self) -> i64 {
+        self.token
+    }
+
+    /// The identity this lock is held under.
+    pub fn identity(&self) -> &str {
+        &self.identity
+    }
+
+    /// Whether the lock has been lost.
+    pub fn is_lost(&self) -> bool {
+        self.lost_rx.borrow().is_some()
+    }
+
+    /// Resolves when the lock is lost (never, while renewals succeed).
+    pub async fn lost(&self) -> LostReason {
+        let mut rx = self.lost_rx.clone();
+        loop {
+            if let Some(r) = rx.borrow_and_update().clone() {
+                return r;
+            }
+            if rx.changed().await.is_err() {
+                return LostReason::Taken;
+            }
+        }
+    }
+
+    /// Releases the lock: stops renewing, then clears the Lease's holder by compare-and-swap if
+    /// it still names this holder (the next waiter is granted at once), and deletes the claim.
+    ///
+    /// # Errors
+    /// [`HolderError::NotHolder`] when the Lease no longer names this holder (nothing is
+    /// changed); [`HolderError::Kube`] when the API fails.
+    pub async fn release(self) -> Result<(), HolderError> {
+        self.renewer.abort();
+        let result = clear_holder(&self.leases, &self.lock, &self.identity, &self.claim_uid).await;
+        delete_claim(&self.claims, &self.claim_name, &self.claim_uid).await;
+        match result {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(HolderError::NotHolder(self.lock.clone())),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        self.renewer.abort();
+    }
+}
+
+fn names_us(lease: &Lease, identity: &str, claim_uid: &str) -> bool {
+    lease.spec.as_ref().and_then(|s| s.holder_identity.as_deref()) == Some(identity)
+        && lease.annotations().get(HOLDER_UID_ANNOTATION).map(String::as_str) == Some(claim_uid)
+}
+
+/// One renewal: compare-and-swap `renewTime` if the Lease still names us. `Ok(false)`: it does
+/// not (lost). Retries on 409 (someone else wrote in between) after re-reading.
+async fn renew(leases: &Api<Lease>, lock: &str, identity: &str, claim_uid: &str) -> Result<bool, HolderError> {
+    loop {
+        let mut lease = leases.get(lock).await.map_err(kube_err("get Lease"))?;
+        if !names_us(&lease, identity, claim_uid) {
+            return Ok(false);
+        }
+        if let Some(spec) = lease.spec.as_mut() {
+            spec.renew_time = Some(MicroTime(Timestamp::now()));
+        }
+        match leases.replace(lock, &PostParams::default(), &lease).await {
+            Ok(_) => return Ok(true),
+            Err(kube::Error::Api(s)) if s.code == 409 => continue,
+            Err(e) => return Err(HolderError::Kube { op: "renew Lease", source: e }),
+        }
+    }
+}
+
+/// Owner-verified release: clears the holder only if the Lease still names us, with the
+/// resourceVersion read as precondition. `Ok(false)`: it does not name us.
+async fn clear_holder(leases: &Api<Lease>, lock: &str, identity: &str, claim_uid: &str) -> Result<bool, HolderError> {
+    loop {
+        let mut lease = leases.get(lock).await.map_err(kube_err("get Lease"))?;
+        if !names_us(&lease, identity, claim_uid) {
+            return Ok(false);
+        }
+        if let Some(spec) = lease.spec.as_mut() {
+            spec.holder_identity = None;
+            spec.acquire_time = None;
+            spec.renew_time = None;
+        }
+        if let Some(a) = lease.metadata.annotations.as_mut() {
+            a.remove(HOLDER_UID_ANNOTATION);
+        }
+        match leases.replace(lock, &PostParams::default(), &lease).await {
+            Ok(_) => return Ok(true),
+            Err(kube::Error::Api(s)) if s.code == 409 => continue,
+            Err(e) => return Err(HolderError::Kube { op: "release Lease", source: e }),
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn renew_loop(
+    leases: Api<Lease>,
+    lock: String,
+    identity: String,
+    claim_uid: String,
+    mut last_ok: Instant,
+    renew_deadline: Duration,
+    retry_period: Duration,
+    lost: watch::Sender<Option<LostReason>>,
+) {
+    loop {
+        tokio::time::sleep(retry_period).await;
+        // Check the deadline before trying: after a pause (SIGSTOP, GC) the lease may already
+        // belong to someone else, and a late renewal must not make us act as holder again.
+        let budget = renew_deadline.saturating_sub(last_ok.elapsed());
+        if budget.is_zero() {
+            let _ = lost.send(Some(LostReason::RenewDeadlineExceeded(renew_deadline)));
+            return;
+        }
+        let attempt = Instant::now();
+        match tokio::time::timeout(budget, renew(&leases, &lock, &identity, &claim_uid)).await {
+            Ok(Ok(true)) => last_ok = attempt,
+            Ok(Ok(false)) => {
+                let _ = lost.send(Some(LostReason::Taken));
+                return;
+            }
+            Ok(Err(e)) => tracing::warn!(error = %e, "renewal failed; retrying"),
+            Err(_) => tracing::warn!("renewal timed out; retrying"),
+        }
+        if last_ok.elapsed() >= renew_deadline {
+            let _ = lost.send(Some(LostReason::RenewDeadlineExceeded(renew_deadline)));
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_timings_follow_client_go_ratios() {
+        let (d, r) = resolve_timings(Duration::from_secs(15), Timings::default()).unwrap();
+        assert_eq!((d, r), (Duration::from_secs(10), Duration::from_secs(2)));
+    }
+
+    #[test]
+    fn inconsistent_timings_are_rejected() {
+        let t = Timings { renew_deadline: Some(Duration::from_secs(20)), retry_period: None };
+        assert!(resolve_timings(Duration::from_secs(15), t).is_err());
+        let t = Timings { renew_deadline: Some(Duration::from_secs(5)), retry_period: Some(Duration::from_secs(5)) };
+        assert!(resolve_timings(Duration::from_secs(15), t).is_err());
+    }
+}

@@ -1,0 +1,151 @@
+//! `leasehold lock`: run a command while holding a lock, like `etcdctl lock` and `consul lock`.
+//!
+//! Waits for the grant (watch), starts the command with `LEASEHOLD_FENCING_TOKEN`,
+//! `LEASEHOLD_HOLDER` and `LEASEHOLD_LOCK` in its environment, renews while it runs, releases
+//! (owner-verified) when it exits, and exits with the command's status. If the lock is lost
+//! (renew deadline passed, or the Lease names someone else) it stops the command: SIGTERM, then
+//! SIGKILL after `--kill-grace`, and exits with [`EXIT_LOST`]. SIGTERM, SIGINT, SIGHUP, SIGQUIT,
+//! SIGUSR1 and SIGUSR2 sent to `leasehold lock` are forwarded to the command.
+
+use std::process::ExitStatus;
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use tokio::process::Command;
+use tokio::signal::unix::{SignalKind, signal};
+
+use crate::cli::LockArgs;
+use crate::holder::{Holder, HolderError, LockGuard, Timings};
+
+/// Exit status: `--try` found the lock busy.
+pub const EXIT_BUSY: i32 = 3;
+/// Exit status: `--wait-timeout` passed before the grant.
+pub const EXIT_WAIT_TIMEOUT: i32 = 4;
+/// Exit status: the lock was lost while the command ran; the command was stopped.
+pub const EXIT_LOST: i32 = 5;
+/// Exit status: any other failure (API error, lock not found, bad timings, command not found).
+pub const EXIT_ERROR: i32 = 1;
+
+const FORWARDED: [(SignalKind, Signal); 6] = [
+    (SignalKind::terminate(), Signal::SIGTERM),
+    (SignalKind::interrupt(), Signal::SIGINT),
+    (SignalKind::hangup(), Signal::SIGHUP),
+    (SignalKind::quit(), Signal::SIGQUIT),
+    (SignalKind::user_defined1(), Signal::SIGUSR1),
+    (SignalKind::user_defined2(), Signal::SIGUSR2),
+];
+
+/// Runs `leasehold lock`; returns the process exit status.
+pub async fn run(args: LockArgs) -> i32 {
+    match run_inner(args).await {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("leasehold lock: {e:#}");
+            EXIT_ERROR
+        }
+    }
+}
+
+async fn run_inner(args: LockArgs) -> anyhow::Result<i32> {
+    let client = kube::Client::try_default().await?;
+    let namespace = args.namespace.clone().unwrap_or_else(|| client.default_namespace().to_string());
+    let identity = args.identity.clone().unwrap_or_else(default_identity);
+    let mut holder = Holder::new(client, &namespace, &args.lock, &identity).with_timings(Timings {
+        renew_deadline: args.renew_deadline.map(Into::into),
+        retry_period: args.retry_period.map(Into::into),
+    });
+    if let (Ok(name), Ok(uid)) = (std::env::var("POD_NAME"), std::env::var("POD_UID")) {
+        holder = holder.owned_by_pod(&name, &uid);
+    }
+    let acquired = if args.r#try {
+        holder.try_acquire().await.and_then(|g| g.ok_or_else(|| HolderError::Busy(args.lock.clone())))
+    } else {
+        holder.acquire(args.wait_timeout.map(Into::into)).await
+    };
+    let guard = match acquired {
+        Ok(g) => g,
+        Err(HolderError::Busy(lock)) => {
+            eprintln!("leasehold lock: lock {lock} is busy (--try)");
+            return Ok(EXIT_BUSY);
+        }
+        Err(e @ HolderError::WaitTimeout(..)) => {
+            eprintln!("leasehold lock: {e}");
+            return Ok(EXIT_WAIT_TIMEOUT);
+        }
+        Err(e) => return Err(e.into()),
+    };
+    tracing::info!(lock = %args.lock, identity = %identity, token = guard.token(), "lock granted; starting command");
+    supervise(args, guard).await
+}
+
+/// Runs the command under `guard`; stops it if the lock is lost.
+async fn supervise(args: LockArgs, guard: LockGuard) -> anyhow::Result<i32> {
+    let (program, rest) = args.command.split_first().ok_or_else(|| anyhow::anyhow!("no command given"))?;
+    let mut child = match Command::new(program)
+        .args(rest)
+        .env("LEASEHOLD_FENCING_TOKEN", guard.token().to_string())
+        .env("LEASEHOLD_HOLDER", guard.identity())
+        .env("LEASEHOLD_LOCK", &args.lock)
+        .spawn()
+    {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = guard.release().await;
+            return Err(anyhow::anyhow!("cannot start {program}: {e}"));
+        }
+    };
+    let pid = Pid::from_raw(child.id().map(|p| p as i32).unwrap_or(0));
+    // Every forwarded signal, from one channel.
+    let (sig_tx, mut sig_rx) = tokio::sync::mpsc::unbounded_channel::<Signal>();
+    for (kind, sig) in FORWARDED {
+        let mut stream = signal(kind)?;
+        let tx = sig_tx.clone();
+        tokio::spawn(async move {
+            while stream.recv().await.is_some() {
+                if tx.send(sig).is_err() {
+                    break;
+                }
+            }
+        });
+    }
+    loop {
+        tokio::select! {
+            status = child.wait() => {
+                let status = status?;
+                if let Err(e) = guard.release().await {
+                    eprintln!("leasehold lock: release failed: {e}");
+                }
+                return Ok(exit_code(status));
+            }
+            reason = guard.lost() => {
+                eprintln!("leasehold lock: lost lock {} ({reason}); stopping the command", args.lock);
+                let _ = kill(pid, Signal::SIGTERM);
+                let grace: Duration = args.kill_grace.into();
+                if tokio::time::timeout(grace, child.wait()).await.is_err() {
+                    let _ = kill(pid, Signal::SIGKILL);
+                    let _ = child.wait().await;
+                }
+                let _ = guard.release().await;
+                return Ok(EXIT_LOST);
+            }
+            Some(sig) = sig_rx.recv() => {
+                let _ = kill(pid, sig);
+            }
+        }
+    }
+}
+
+/// The command's exit code, or 128 + signal number when a signal ended it (shell convention).
+fn exit_code(status: ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
+}
+
+/// `$POD_NAME` in a pod, else `<hostname>-<pid>`.
+fn default_identity() -> String {
+    std::env::var("POD_NAME").ok().filter(|n| !n.is_empty()).unwrap_or_else(|| {
+        let host = nix::unistd::gethostname().ok().and_then(|h| h.into_string().ok()).unwrap_or_else(|| "host".into());
+        format!("{host}-{}", std::process::id())
+    })
+}
