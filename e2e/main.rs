@@ -3,6 +3,7 @@
 //! Run with `make test` (or `cargo test --test e2e`); the control plane starts by itself.
 
 mod cluster_smoke;
+mod holder_cli;
 mod lock_lifecycle;
 mod lock_safety;
 mod singleton;

@@ -57,6 +57,14 @@ pub async fn kubeconfig() -> PathBuf {
             let path = PathBuf::from(line.trim_start_matches("export KUBECONFIG=").trim());
             let client = client_for(&path).await;
             install_crds(&client).await;
+            // The fenced-objects admission policy (cluster-wide; only affects annotated objects).
+            let out = Command::new(kubectl())
+                .env("KUBECONFIG", &path)
+                .args(["apply", "-f"])
+                .arg(repo().join("deploy/fenced-objects-policy.yaml"))
+                .output()
+                .expect("kubectl apply policy");
+            assert!(out.status.success(), "apply policy: {}", String::from_utf8_lossy(&out.stderr));
             path
         })
         .await
@@ -380,4 +388,79 @@ pub async fn wait_pod(ns: &TestNs, name: &str, what: &str, cond: impl Fn(&Pod) -
 /// Pod phase.
 pub fn phase(p: &Pod) -> String {
     p.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_default()
+}
+
+/// A `leasehold lock` process (its own process group, so a test can stop or kill the group).
+pub struct LockProcess {
+    /// The child.
+    pub child: Child,
+    /// Combined stdout/stderr.
+    pub log: PathBuf,
+}
+
+impl LockProcess {
+    /// Sends `sig` to the whole process group (`leasehold lock` and its command).
+    pub fn signal_group(&self, sig: &str) {
+        let status = Command::new("kill").args([&format!("-{sig}"), "--", &format!("-{}", self.child.id())]).status();
+        assert!(status.is_ok_and(|s| s.success()), "kill -{sig} group");
+    }
+
+    /// Sends `sig` to `leasehold lock` only.
+    pub fn signal(&self, sig: &str) {
+        let status = Command::new("kill").args([&format!("-{sig}"), &self.child.id().to_string()]).status();
+        assert!(status.is_ok_and(|s| s.success()), "kill -{sig}");
+    }
+
+    /// Waits for exit (at most `WAIT`); returns the exit code.
+    pub async fn wait_exit(&mut self) -> i32 {
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                use std::os::unix::process::ExitStatusExt;
+                return status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
+            }
+            assert!(start.elapsed() < WAIT, "leasehold lock did not exit; log:\n{}", self.output());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// What it printed so far.
+    pub fn output(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for LockProcess {
+    fn drop(&mut self) {
+        let _ =
+            Command::new("kill").args(["-KILL", "--", &format!("-{}", self.child.id())]).stderr(Stdio::null()).status();
+        let _ = self.child.wait();
+    }
+}
+
+impl TestNs {
+    /// Starts `leasehold lock <args>` in this namespace with the admin kubeconfig; `kubectl` is
+    /// on its PATH.
+    pub fn lock_process(&self, tag: &str, args: &[&str]) -> LockProcess {
+        use std::os::unix::process::CommandExt;
+        let dir = repo().join("target/e2e-logs");
+        std::fs::create_dir_all(&dir).unwrap();
+        let log = dir.join(format!("{}-lock-{tag}.log", self.ns));
+        let file = std::fs::File::create(&log).unwrap();
+        let bin = kubectl().parent().unwrap().to_path_buf();
+        let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+        let child = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+            .arg("lock")
+            .args(["--namespace", &self.ns])
+            .args(args)
+            .env("KUBECONFIG", &self.kubeconfig)
+            .env("PATH", path)
+            .env("RUST_LOG", "info")
+            .stdout(file.try_clone().unwrap())
+            .stderr(file)
+            .process_group(0)
+            .spawn()
+            .expect("start leasehold lock");
+        LockProcess { child, log }
+    }
 }

@@ -1,0 +1,217 @@
+//! The holder side: `leasehold lock` and the library, against the real control plane.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, DeleteParams, PostParams};
+use leasehold::crd::DistributedLockClaim;
+use leasehold::holder::{Holder, HolderError};
+use serde_json::json;
+
+use crate::support::{TestNs, WAIT, wait_until};
+
+async fn lease_holder(ns: &TestNs, lock: &str) -> Option<String> {
+    ns.api::<Lease>().get_opt(lock).await.ok().flatten().and_then(|l| l.spec?.holder_identity)
+}
+
+async fn wait_holder(ns: &TestNs, lock: &str, who: &str) {
+    wait_until(&format!("{who} holds {lock}"), WAIT, || async { lease_holder(ns, lock).await.as_deref() == Some(who) })
+        .await;
+}
+
+#[tokio::test]
+async fn lock_command_passes_env_and_exit_status_and_try_and_wait_timeout_fail_fast() {
+    let mut ns = TestNs::new("cli").await;
+    ns.create_lock("l", json!({})).await;
+    ns.start_operator(&[]);
+    let mut p = ns.lock_process(
+        "env",
+        &[
+            "l",
+            "--identity",
+            "me",
+            "--",
+            "sh",
+            "-c",
+            "echo token=$LEASEHOLD_FENCING_TOKEN holder=$LEASEHOLD_HOLDER lock=$LEASEHOLD_LOCK; exit 7",
+        ],
+    );
+    assert_eq!(p.wait_exit().await, 7, "exit status passes through; log:\n{}", p.output());
+    assert!(p.output().contains("token=1 holder=me lock=l"), "{}", p.output());
+
+    let mut holder = ns.lock_process("holder", &["l", "--identity", "holder", "--", "sleep", "600"]);
+    wait_holder(&ns, "l", "holder").await;
+    let mut busy = ns.lock_process("try", &["l", "--try", "--", "true"]);
+    assert_eq!(busy.wait_exit().await, 3, "--try on a busy lock; log:\n{}", busy.output());
+    let mut late = ns.lock_process("timeout", &["l", "--wait-timeout", "2s", "--", "true"]);
+    let started = Instant::now();
+    assert_eq!(late.wait_exit().await, 4, "--wait-timeout; log:\n{}", late.output());
+    assert!(started.elapsed() >= Duration::from_secs(2));
+    // Neither left a claim behind, and the holder still holds.
+    let claims = ns.api::<DistributedLockClaim>().list(&Default::default()).await.unwrap();
+    assert_eq!(claims.items.len(), 1, "only the holder's claim remains");
+    assert_eq!(lease_holder(&ns, "l").await.as_deref(), Some("holder"));
+    holder.signal("TERM");
+    assert_eq!(holder.wait_exit().await, 128 + 15, "SIGTERM reached `sleep`, which died of it");
+    ns.cleanup().await;
+}
+
+#[tokio::test]
+async fn signals_are_forwarded_to_the_command() {
+    let mut ns = TestNs::new("signals").await;
+    ns.create_lock("l", json!({})).await;
+    ns.start_operator(&[]);
+    let script = "trap 'echo got-term; exit 42' TERM; echo ready; while true; do sleep 0.1; done";
+    let mut p = ns.lock_process("trap", &["l", "--", "sh", "-c", script]);
+    wait_until("command started", WAIT, || {
+        let ready = p.output().contains("ready");
+        async move { ready }
+    })
+    .await;
+    p.signal("TERM");
+    assert_eq!(p.wait_exit().await, 42, "log:\n{}", p.output());
+    assert!(p.output().contains("got-term"));
+    // Released on exit: the lock is free again.
+    wait_until("lock released", WAIT, || async { lease_holder(&ns, "l").await.is_none() }).await;
+    ns.cleanup().await;
+}
+
+#[tokio::test]
+async fn hot_standby_takes_over_after_the_holder_is_killed_with_a_higher_token() {
+    let mut ns = TestNs::new("standby").await;
+    ns.create_lock("l", json!({"leaseDurationSeconds": 3})).await;
+    ns.start_operator(&[]);
+    let a =
+        ns.lock_process("a", &["l", "--identity", "a", "--", "sh", "-c", "echo a=$LEASEHOLD_FENCING_TOKEN; sleep 600"]);
+    wait_holder(&ns, "l", "a").await;
+    let mut b =
+        ns.lock_process("b", &["l", "--identity", "b", "--", "sh", "-c", "echo b=$LEASEHOLD_FENCING_TOKEN; sleep 600"]);
+    // b waits while a renews, well past a's lease duration.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(lease_holder(&ns, "l").await.as_deref(), Some("a"), "a keeps the lock by renewing");
+    let killed = Instant::now();
+    a.signal_group("KILL");
+    wait_holder(&ns, "l", "b").await;
+    let takeover = killed.elapsed();
+    // Lease duration (3 s) plus one retry period (0.4 s) plus watch and scheduling slack.
+    assert!(takeover < Duration::from_secs(6), "takeover took {takeover:?}");
+    wait_until("b's command started", WAIT, || {
+        let out = b.output();
+        async move { out.contains("b=") }
+    })
+    .await;
+    let token = |out: &str, who: &str| -> i64 {
+        out.lines().find_map(|l| l.strip_prefix(&format!("{who}="))).and_then(|t| t.trim().parse().ok()).unwrap()
+    };
+    assert!(token(&b.output(), "b") > token(&a.output(), "a"));
+    let _ = b.child.kill();
+    ns.cleanup().await;
+}
+
+#[tokio::test]
+async fn clean_release_hands_over_at_once_and_a_non_holder_cannot_release() {
+    let mut ns = TestNs::new("release").await;
+    ns.create_lock("l", json!({})).await; // 15 s lease: a handover well under it is not expiry
+    ns.start_operator(&[]);
+    let a = Holder::new(ns.client.clone(), &ns.ns, "l", "a").acquire(Some(WAIT)).await.expect("a acquires");
+    let b_holder = Holder::new(ns.client.clone(), &ns.ns, "l", "b");
+    let b_task = tokio::spawn(async move { b_holder.acquire(Some(WAIT)).await });
+    wait_until("b queued", WAIT, || async {
+        ns.api::<DistributedLockClaim>().list(&Default::default()).await.is_ok_and(|l| l.items.len() == 2)
+    })
+    .await;
+    let released = Instant::now();
+    a.release().await.expect("a releases");
+    let b = b_task.await.unwrap().expect("b acquires");
+    assert!(released.elapsed() < Duration::from_secs(5), "handover took {:?}", released.elapsed());
+    assert_eq!(b.token(), 2);
+
+    // c acquires after b's claim is deleted behind b's back (as a crash would); b's release is
+    // then refused and changes nothing.
+    let c_holder = Holder::new(ns.client.clone(), &ns.ns, "l", "c");
+    let c_task = tokio::spawn(async move { c_holder.acquire(Some(WAIT)).await });
+    let claims = ns.api::<DistributedLockClaim>();
+    wait_until("c queued", WAIT, || async { claims.list(&Default::default()).await.is_ok_and(|l| l.items.len() == 2) })
+        .await;
+    let b_claim =
+        claims.list(&Default::default()).await.unwrap().items.into_iter().find(|c| c.spec.identity == "b").unwrap();
+    claims.delete(&b_claim.metadata.name.unwrap(), &DeleteParams::default()).await.unwrap();
+    let c = c_task.await.unwrap().expect("c acquires");
+    assert_eq!(c.token(), 3);
+    match b.release().await {
+        Err(HolderError::NotHolder(_)) => {}
+        other => panic!("release by a non-holder must be refused, got {other:?}"),
+    }
+    assert_eq!(lease_holder(&ns, "l").await.as_deref(), Some("c"), "the refused release changed nothing");
+    c.release().await.unwrap();
+    ns.cleanup().await;
+}
+
+#[tokio::test]
+async fn paused_holder_loses_the_lock_and_its_late_write_is_rejected_by_the_fenced_object() {
+    let mut ns = TestNs::new("zombie").await;
+    ns.create_lock("l", json!({"leaseDurationSeconds": 3})).await;
+    ns.start_operator(&[]);
+    // A writer identity that is not a cluster admin (admins may bypass fencing).
+    ns.kubectl(&["create", "serviceaccount", "writer"]);
+    ns.kubectl(&["create", "role", "cm-writer", "--verb=get,update,patch", "--resource=configmaps"]);
+    ns.kubectl(&[
+        "create",
+        "rolebinding",
+        "cm-writer",
+        "--role=cm-writer",
+        &format!("--serviceaccount={}:writer", ns.ns),
+    ]);
+    let as_writer = format!("--as=system:serviceaccount:{}:writer", ns.ns);
+    let cm: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "report", "annotations": {"leasehold.dev/fenced-by": "l", "leasehold.dev/fencing-token": "0"}},
+        "data": {"written-by": "nobody"},
+    }))
+    .unwrap();
+    ns.api::<ConfigMap>().create(&PostParams::default(), &cm).await.unwrap();
+    let write = format!(
+        "kubectl -n {ns} {as_writer} annotate cm report --overwrite leasehold.dev/fencing-token=$LEASEHOLD_FENCING_TOKEN written-by=$LEASEHOLD_HOLDER && echo wrote=$LEASEHOLD_FENCING_TOKEN; sleep 600",
+        ns = ns.ns
+    );
+    let mut a = ns.lock_process("a", &["l", "--identity", "a", "--kill-grace", "2s", "--", "sh", "-c", &write]);
+    wait_until("a wrote", WAIT, || {
+        let out = a.output();
+        async move { out.contains("wrote=") }
+    })
+    .await;
+    let a_token: i64 = a.output().lines().find_map(|l| l.strip_prefix("wrote=")).unwrap().trim().parse().unwrap();
+
+    // A is paused (SIGSTOP: GC pause, partition) past its lease; B is granted A's token + 1 and writes.
+    let mut b = ns.lock_process("b", &["l", "--identity", "b", "--", "sh", "-c", &write]);
+    a.signal_group("STOP");
+    wait_holder(&ns, "l", "b").await;
+    wait_until("b wrote", WAIT, || {
+        let out = b.output();
+        async move { out.contains("wrote=") }
+    })
+    .await;
+    let cms: Api<ConfigMap> = ns.api();
+    let stored = cms.get("report").await.unwrap();
+    let b_token: i64 = stored.metadata.annotations.as_ref().unwrap()["leasehold.dev/fencing-token"].parse().unwrap();
+    assert_eq!(b_token, a_token + 1);
+
+    // A resumes. Its write with its old token is rejected by the API server...
+    a.signal_group("CONT");
+    let out = std::process::Command::new(crate::support::kubectl())
+        .env("KUBECONFIG", &ns.kubeconfig)
+        .args(["-n", &ns.ns, &as_writer, "annotate", "cm", "report", "--overwrite"])
+        .arg(format!("leasehold.dev/fencing-token={a_token}"))
+        .arg("written-by=a")
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "A's late write must be rejected");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("stale fencing token"), "{err}");
+    assert_eq!(cms.get("report").await.unwrap().metadata.annotations.unwrap()["written-by"], "b");
+    // ...and A's `leasehold lock` notices it cannot renew, stops its command and exits 5.
+    assert_eq!(a.wait_exit().await, 5, "log:\n{}", a.output());
+    assert!(a.output().contains("lost lock"), "{}", a.output());
+    let _ = b.child.kill();
+    ns.cleanup().await;
+}
