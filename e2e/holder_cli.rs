@@ -215,3 +215,53 @@ async fn paused_holder_loses_the_lock_and_its_late_write_is_rejected_by_the_fenc
     let _ = b.child.kill();
     ns.cleanup().await;
 }
+
+#[tokio::test]
+async fn paused_holder_is_fenced_off_by_postgres() {
+    use crate::support::{postgres_port, psql};
+    let mut ns = TestNs::new("pgzombie").await;
+    ns.create_lock("l", json!({"leaseDurationSeconds": 3})).await;
+    ns.start_operator(&[]);
+    let db = ns.ns.replace('-', "_");
+    let (ok, out) = psql("postgres", &["-c", &format!("CREATE DATABASE {db}")]);
+    assert!(ok, "{out}");
+    let sql = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/postgres");
+    let (ok, out) = psql(&db, &["-v", "ON_ERROR_STOP=1", "-f", &format!("{sql}/fenced.sql")]);
+    assert!(ok, "{out}");
+    let (ok, out) = psql(&db, &["-c", "INSERT INTO reports (id, body) VALUES (1, 'nobody')"]);
+    assert!(ok, "{out}");
+    // The shipped fenced write, run by each holder with its own token.
+    let write = format!(
+        "psql -X -h 127.0.0.1 -p {port} -U postgres -d {db} -v ON_ERROR_STOP=1 -v token=$LEASEHOLD_FENCING_TOKEN \
+         -v body=\"'$LEASEHOLD_HOLDER'\" -f {sql}/fenced-update.sql && echo wrote=$LEASEHOLD_FENCING_TOKEN; sleep 600",
+        port = postgres_port()
+    );
+    let mut a = ns.lock_process("pga", &["l", "--identity", "a", "--kill-grace", "2s", "--", "sh", "-c", &write]);
+    wait_until("a wrote", WAIT, || {
+        let out = a.output();
+        async move { out.contains("wrote=") }
+    })
+    .await;
+    assert!(a.output().contains("UPDATE 1"), "{}", a.output());
+    let a_token: i64 = a.output().lines().find_map(|l| l.strip_prefix("wrote=")).unwrap().trim().parse().unwrap();
+
+    let b = ns.lock_process("pgb", &["l", "--identity", "b", "--", "sh", "-c", &write]);
+    a.signal_group("STOP");
+    wait_holder(&ns, "l", "b").await;
+    wait_until("b wrote", WAIT, || {
+        let out = b.output();
+        async move { out.contains("wrote=") }
+    })
+    .await;
+    a.signal_group("CONT");
+    // A's late write, with its old token, updates nothing.
+    let token = a_token.to_string();
+    let update = format!("{sql}/fenced-update.sql");
+    let (ok, out) = psql(&db, &["-v", &format!("token={token}"), "-v", "body='a'", "-f", &update]);
+    assert!(ok && out.contains("UPDATE 0"), "stale write must update 0 rows: {out}");
+    let (_, row) = psql(&db, &["-At", "-c", "SELECT body || ' ' || fencing_token FROM reports WHERE id = 1"]);
+    assert_eq!(row.trim(), format!("b {}", a_token + 1));
+    assert_eq!(a.wait_exit().await, 5, "A stops: log:\n{}", a.output());
+    drop(b);
+    ns.cleanup().await;
+}

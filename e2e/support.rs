@@ -464,3 +464,32 @@ impl TestNs {
         LockProcess { child, log }
     }
 }
+
+static POSTGRES: std::sync::OnceLock<u16> = std::sync::OnceLock::new();
+
+/// Starts (or reuses) the throwaway PostgreSQL server `e2e/harness/postgres.sh up e2e`; returns
+/// its port on 127.0.0.1 (user `postgres`, trust auth).
+pub fn postgres_port() -> u16 {
+    *POSTGRES.get_or_init(|| {
+        let out = Command::new("bash")
+            .arg(repo().join("e2e/harness/postgres.sh"))
+            .args(["up", "e2e"])
+            .stderr(Stdio::inherit())
+            .output()
+            .expect("run postgres.sh");
+        assert!(out.status.success(), "e2e/harness/postgres.sh up e2e failed");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let line = stdout.lines().rev().find(|l| l.starts_with("export LEASEHOLD_PG_PORT=")).expect("port line");
+        line.trim_start_matches("export LEASEHOLD_PG_PORT=").trim().parse().expect("port")
+    })
+}
+
+/// Runs `psql` against database `db` on the test server; returns (success, stdout+stderr).
+pub fn psql(db: &str, args: &[&str]) -> (bool, String) {
+    let out = Command::new("psql")
+        .args(["-X", "-h", "127.0.0.1", "-p", &postgres_port().to_string(), "-U", "postgres", "-d", db])
+        .args(args)
+        .output()
+        .expect("run psql");
+    (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+}
