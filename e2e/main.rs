@@ -4,6 +4,7 @@
 
 mod cluster_smoke;
 mod holder_cli;
+mod install;
 mod lock_lifecycle;
 mod lock_safety;
 mod singleton;

@@ -6,7 +6,8 @@
 //! (default: the namespace of the client's config, i.e. the pod's own namespace in a cluster),
 //! then runs the controllers. If it loses the Lease (another replica took it over because this
 //! one could not renew in time), the process exits with status 1 so that Kubernetes restarts it
-//! as a standby; on SIGTERM/SIGINT it releases the Lease so a standby takes over at once.
+//! as a standby; on SIGTERM/SIGINT it releases the Lease (so a standby can take over without
+//! waiting for it to expire) and exits with status 0.
 //!
 //! Safety does not depend on this: every write that changes who holds a lock is a
 //! compare-and-swap on a resourceVersion, so two replicas that both believe they lead (for
@@ -121,7 +122,8 @@ pub fn identity(instance: &str) -> String {
 
 /// What `leasehold operator` does first when `--leader-elect` is set (nothing otherwise): serve
 /// standby admin endpoints, wait to lead, then watch leadership in the background. On loss the
-/// process exits with status 1; on SIGTERM/SIGINT the Lease is released.
+/// process exits with status 1; on SIGTERM/SIGINT the Lease is released and the process exits
+/// with status 0.
 ///
 /// # Errors
 /// Fails if the standby admin server cannot bind `--admin-addr`, or [`lead`] fails.
@@ -145,6 +147,10 @@ pub async fn elect(client: &Client, args: &OperatorArgs) -> anyhow::Result<()> {
                     Ok(()) => tracing::info!(identity, "released leadership"),
                     Err(e) => tracing::warn!(identity, error = %e, "could not release leadership; a standby takes over when it expires"),
                 }
+                // Exit now rather than keep working without the lead. A write cut short here is
+                // safe: every grant is a compare-and-swap, and the next leader finishes a grant
+                // whose pod patch is missing from what the Lease says.
+                std::process::exit(0);
             }
         }
     });
