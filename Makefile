@@ -13,13 +13,29 @@ demo-down:
 test:
 	cargo test --all-targets -- --test-threads=3
 
-lint:
+lint: chart-lint image-check
 	cargo fmt --all -- --check
 	cargo clippy --all-targets -- -D warnings
 
 # Regenerates crds/ from the Rust types.
 crd:
 	cargo run --quiet -- crd --out-dir crds
+	cp crds/*.yaml charts/leasehold/crds/
 
 down:
 	e2e/cluster.sh down e2e
+
+# Install like a real operator (docs/install.md). Part of `make lint`:
+#   chart-lint   helm lint --strict of charts/leasehold
+#   image-check  hadolint on the Dockerfile, then the Dockerfile's release build run outside a
+#                container and a smoke test of the binary (cold: ~8 min on 2 idle cores)
+# manifests regenerates the plain manifests deploy/leasehold.yaml from the chart.
+.PHONY: chart-lint image-check manifests
+chart-lint:
+	"$$(e2e/harness/build.sh)/helm" lint --strict charts/leasehold
+
+image-check:
+	docker/image-check.sh
+
+manifests:
+	deploy/render.sh > deploy/leasehold.yaml

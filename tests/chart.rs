@@ -1,0 +1,104 @@
+//! The Helm chart without a cluster: `helm lint` is clean, its CRDs are `crds/`, the plain
+//! manifests in `deploy/` are up to date, and docs/install.md lists exactly the ClusterRole's rules.
+//! (Installing, upgrading and validating against the API server: `e2e/install.rs`.)
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::OnceLock;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The harness's helm (built once, cached by e2e/harness/build.sh).
+fn helm() -> PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let out = Command::new("bash").arg(repo().join("e2e/harness/build.sh")).output().expect("run build.sh");
+        assert!(out.status.success(), "e2e/harness/build.sh failed: {}", String::from_utf8_lossy(&out.stderr));
+        PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()).join("helm")
+    })
+    .clone()
+}
+
+fn run(cmd: &mut Command) -> String {
+    let out = cmd.current_dir(repo()).output().expect("run");
+    assert!(out.status.success(), "{cmd:?} failed:\n{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn helm_lint_is_clean() {
+    let out = run(Command::new(helm()).args(["lint", "--strict", "charts/leasehold"]));
+    assert!(out.contains("0 chart(s) failed"), "{out}");
+    assert!(!out.contains("[WARNING]") && !out.contains("[ERROR]"), "{out}");
+}
+
+#[test]
+fn the_charts_crds_are_the_committed_crds() {
+    let names = |dir: &str| -> BTreeSet<String> {
+        std::fs::read_dir(repo().join(dir)).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect()
+    };
+    assert_eq!(names("charts/leasehold/crds"), names("crds"), "same files (copy crds/*.yaml into charts/leasehold/crds/)");
+    for name in names("crds") {
+        let a = std::fs::read_to_string(repo().join("crds").join(&name)).unwrap();
+        let b = std::fs::read_to_string(repo().join("charts/leasehold/crds").join(&name)).unwrap();
+        assert!(a == b, "charts/leasehold/crds/{name} differs from crds/{name}: run `make crd`");
+    }
+}
+
+#[test]
+fn plain_manifests_are_up_to_date() {
+    let rendered = run(Command::new("bash").arg("deploy/render.sh").env("HELM", helm()));
+    let committed = std::fs::read_to_string(repo().join("deploy/leasehold.yaml")).unwrap();
+    assert!(rendered == committed, "deploy/leasehold.yaml is stale: run `make manifests`");
+}
+
+/// (API group, resource, "verb, verb") of every rule of the chart's ClusterRole.
+fn cluster_role_rules() -> BTreeSet<(String, String, String)> {
+    let out = run(Command::new(helm()).args(["template", "t", "charts/leasehold", "-s", "templates/clusterrole.yaml"]));
+    let role: serde_yaml::Value = serde_yaml::from_str(&out).expect("ClusterRole YAML");
+    let mut rules = BTreeSet::new();
+    for rule in role["rules"].as_sequence().expect("rules") {
+        let list = |key: &str| -> Vec<String> {
+            rule[key].as_sequence().unwrap_or_else(|| panic!("{key} in {rule:?}")).iter().map(|v| v.as_str().unwrap().to_string()).collect()
+        };
+        let verbs = list("verbs");
+        for v in &verbs {
+            assert!(v != "*" && !["escalate", "bind", "impersonate"].contains(&v.as_str()), "verb {v} granted");
+        }
+        for group in list("apiGroups") {
+            for resource in list("resources") {
+                assert!(group != "*" && resource != "*" && resource != "secrets", "{group}/{resource} granted");
+                rules.insert((group.clone(), resource, verbs.join(", ")));
+            }
+        }
+    }
+    rules
+}
+
+/// The same triples from the table in docs/install.md.
+fn documented_rules() -> BTreeSet<(String, String, String)> {
+    let doc = std::fs::read_to_string(repo().join("docs/install.md")).unwrap();
+    let table = doc.split("<!-- rbac-rules: begin -->").nth(1).unwrap().split("<!-- rbac-rules: end -->").next().unwrap();
+    table
+        .lines()
+        .filter(|l| l.starts_with("| `"))
+        .map(|l| {
+            let cells: Vec<&str> = l.split(" | ").map(|c| c.trim_matches(|ch| ch == '|' || ch == ' ')).collect();
+            let unquote = |s: &str| s.trim_matches('`').trim_matches('"').to_string();
+            (unquote(cells[0]), unquote(cells[1]), cells[2].to_string())
+        })
+        .collect()
+}
+
+#[test]
+fn docs_list_exactly_the_cluster_role_rules() {
+    let granted = cluster_role_rules();
+    let documented = documented_rules();
+    assert!(!granted.is_empty());
+    let missing: Vec<_> = granted.difference(&documented).collect();
+    let stale: Vec<_> = documented.difference(&granted).collect();
+    assert!(missing.is_empty() && stale.is_empty(), "docs/install.md RBAC table: missing {missing:?}, not granted {stale:?}");
+}
