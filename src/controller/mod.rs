@@ -241,9 +241,21 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
     let locks = lock_ctrl.store();
     let lock_ctrl = lock_ctrl.reconcile_on(lock_rx).shutdown_on_signal();
 
-    let cronjobs = workload_controller::<k8s_openapi::api::batch::v1::CronJob>(&client, ns, ctx.clone());
-    let deployments = workload_controller::<k8s_openapi::api::apps::v1::Deployment>(&client, ns, ctx.clone());
-    let statefulsets = workload_controller::<k8s_openapi::api::apps::v1::StatefulSet>(&client, ns, ctx.clone());
+    let cronjobs = workload_controller::<k8s_openapi::api::batch::v1::CronJob>(
+        client.clone(),
+        args.namespace.clone(),
+        ctx.clone(),
+    );
+    let deployments = workload_controller::<k8s_openapi::api::apps::v1::Deployment>(
+        client.clone(),
+        args.namespace.clone(),
+        ctx.clone(),
+    );
+    let statefulsets = workload_controller::<k8s_openapi::api::apps::v1::StatefulSet>(
+        client.clone(),
+        args.namespace.clone(),
+        ctx.clone(),
+    );
 
     let admin = tokio::spawn(admin::serve(args.admin_addr, admin_state.clone()));
     // Serve only once every cache is complete: a decision on a partial pod list could miss the
@@ -273,21 +285,26 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
         tracing::info!("all caches synced; ready");
         pod::run_checks(pod_rx, pod_ctx).await;
     };
+    // The controllers stop on SIGTERM/SIGINT (`shutdown_on_signal`); the process ends when the
+    // lock controller has stopped, whatever the pod checks are doing.
+    tokio::spawn(pod_loop);
+    let workloads = tokio::spawn(futures::future::join3(cronjobs, deployments, statefulsets));
     tokio::select! {
-        _ = futures::future::join5(lock_loop, pod_loop, cronjobs, deployments, statefulsets) => {}
+        _ = lock_loop => {}
         r = admin => { r??; }
     }
+    workloads.abort();
     tracing::info!("shut down");
     Ok(())
 }
 
 /// A controller for one singleton-workload kind, as a future that runs until shutdown.
 fn workload_controller<W: workload::Workload>(
-    client: &Client,
-    ns: Option<&str>,
+    client: Client,
+    ns: Option<String>,
     ctx: Arc<Context>,
-) -> impl std::future::Future<Output = ()> + Send {
-    Controller::new(api::<W>(client, ns), watcher::Config::default())
+) -> impl std::future::Future<Output = ()> + Send + 'static {
+    Controller::new(api::<W>(&client, ns.as_deref()), watcher::Config::default())
         .shutdown_on_signal()
         .run(workload::reconcile::<W>, workload::error_policy::<W>, ctx)
         .for_each(|_| future::ready(()))
