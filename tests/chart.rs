@@ -24,7 +24,12 @@ fn helm() -> PathBuf {
 
 fn run(cmd: &mut Command) -> String {
     let out = cmd.current_dir(repo()).output().expect("run");
-    assert!(out.status.success(), "{cmd:?} failed:\n{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
@@ -38,9 +43,16 @@ fn helm_lint_is_clean() {
 #[test]
 fn the_charts_crds_are_the_committed_crds() {
     let names = |dir: &str| -> BTreeSet<String> {
-        std::fs::read_dir(repo().join(dir)).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect()
+        std::fs::read_dir(repo().join(dir))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect()
     };
-    assert_eq!(names("charts/leasehold/crds"), names("crds"), "same files (copy crds/*.yaml into charts/leasehold/crds/)");
+    assert_eq!(
+        names("charts/leasehold/crds"),
+        names("crds"),
+        "same files (copy crds/*.yaml into charts/leasehold/crds/)"
+    );
     for name in names("crds") {
         let a = std::fs::read_to_string(repo().join("crds").join(&name)).unwrap();
         let b = std::fs::read_to_string(repo().join("charts/leasehold/crds").join(&name)).unwrap();
@@ -62,7 +74,12 @@ fn cluster_role_rules() -> BTreeSet<(String, String, String)> {
     let mut rules = BTreeSet::new();
     for rule in role["rules"].as_sequence().expect("rules") {
         let list = |key: &str| -> Vec<String> {
-            rule[key].as_sequence().unwrap_or_else(|| panic!("{key} in {rule:?}")).iter().map(|v| v.as_str().unwrap().to_string()).collect()
+            rule[key]
+                .as_sequence()
+                .unwrap_or_else(|| panic!("{key} in {rule:?}"))
+                .iter()
+                .map(|v| v.as_str().unwrap().to_string())
+                .collect()
         };
         let verbs = list("verbs");
         for v in &verbs {
@@ -81,7 +98,8 @@ fn cluster_role_rules() -> BTreeSet<(String, String, String)> {
 /// The same triples from the table in docs/install.md.
 fn documented_rules() -> BTreeSet<(String, String, String)> {
     let doc = std::fs::read_to_string(repo().join("docs/install.md")).unwrap();
-    let table = doc.split("<!-- rbac-rules: begin -->").nth(1).unwrap().split("<!-- rbac-rules: end -->").next().unwrap();
+    let table =
+        doc.split("<!-- rbac-rules: begin -->").nth(1).unwrap().split("<!-- rbac-rules: end -->").next().unwrap();
     table
         .lines()
         .filter(|l| l.starts_with("| `"))
@@ -100,5 +118,8 @@ fn docs_list_exactly_the_cluster_role_rules() {
     assert!(!granted.is_empty());
     let missing: Vec<_> = granted.difference(&documented).collect();
     let stale: Vec<_> = documented.difference(&granted).collect();
-    assert!(missing.is_empty() && stale.is_empty(), "docs/install.md RBAC table: missing {missing:?}, not granted {stale:?}");
+    assert!(
+        missing.is_empty() && stale.is_empty(),
+        "docs/install.md RBAC table: missing {missing:?}, not granted {stale:?}"
+    );
 }
