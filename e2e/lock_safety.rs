@@ -144,3 +144,41 @@ async fn holder_on_a_lost_node_is_replaced_with_a_higher_token_after_the_bound()
     assert!(events.items.iter().any(|e| { e.note.as_deref().is_some_and(|n| n.contains("HolderNodeLost")) }));
     ns.cleanup().await;
 }
+
+#[tokio::test]
+async fn hand_edited_lease_or_reannotated_holder_never_yields_a_second_holder() {
+    let mut ns = TestNs::new("tamper").await;
+    let log = watch_holders(&ns);
+    ns.create_lock("l", json!({})).await;
+    ns.create_lock("other", json!({})).await;
+    ns.start_operator(&[]);
+    ns.create_gated_pod("a", "l", "600s").await;
+    let a = wait_pod(&ns, "a", "granted", |p| !is_gated(p)).await;
+    let a_token = token_of(&a).unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    ns.create_gated_pod("b", "l", "600s").await;
+    let leases = ns.api::<Lease>();
+    // Someone writes themselves in as holder.
+    let patch = json!({"spec": {"holderIdentity": "intruder"}});
+    leases.patch("l", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch)).await.unwrap();
+    wait_until("Lease repaired to the running holder", WAIT, || async {
+        leases.get("l").await.ok().and_then(|l| l.spec?.holder_identity).as_deref() == Some("a")
+    })
+    .await;
+    // Someone rewrites the token.
+    let patch = json!({"metadata": {"annotations": {"leasehold.dev/fencing-token": "garbage"}}});
+    leases.patch("l", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch)).await.unwrap();
+    wait_until("token repaired", WAIT, || async {
+        leases.get("l").await.ok().and_then(|l| lease_token(&l)) == Some(a_token)
+    })
+    .await;
+    // The holder's lock annotation is changed to another lock.
+    ns.kubectl(&["annotate", "pod", "a", "--overwrite", "leasehold.dev/lock=other"]);
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let pods = ns.api::<Pod>();
+    assert_eq!(token_of(&pods.get("a").await.unwrap()), Some(a_token), "the holder's token never changes");
+    assert!(is_gated(&pods.get("b").await.unwrap()), "no second holder of l while a runs");
+    let log = snapshot(&log);
+    assert!(log.overlaps.is_empty(), "{:?}", log.overlaps);
+    ns.cleanup().await;
+}

@@ -25,7 +25,7 @@ use crate::lock::grant::{
     self, Candidate, Decision, Grant, HolderKind, Observation, Phase, Reject, RejectReason, Release, Settings,
 };
 use crate::lock::policy;
-use crate::lock::{LOCK_ANNOTATION, SCHEDULING_GATE, TOKEN_ANNOTATION};
+use crate::lock::{GRANTED_LOCK_ANNOTATION, LOCK_ANNOTATION, SCHEDULING_GATE, TOKEN_ANNOTATION};
 use crate::metrics::Metrics;
 
 /// Field manager of `status.tokenCeiling` (the only field the reservation patch writes).
@@ -108,6 +108,21 @@ pub async fn reconcile(lock: Arc<DistributedLock>, ctx: Arc<Context>) -> Result<
                     patch_holder(&ctx, &ns, &lock, &g, &mut pods).await?;
                 }
             }
+            Decision::RepairLease { holder, floor } => {
+                let observed = lease_obj.as_ref().ok_or(Error::MissingField("Lease"))?;
+                let written = lease::update(&lease_api, &lock, observed, Some(&holder), floor)
+                    .await
+                    .inspect_err(|e| count_conflict(&ctx.metrics, e))?;
+                lease_obj = Some(written);
+                fresh_reservation = None;
+                let note = format!(
+                    "the Lease disagreed with the running holder (edited by hand, or the holder's lock annotation changed); \
+                     repaired it to name {} with its token {}",
+                    holder.identity, holder.token
+                );
+                tracing::warn!(lock = %name, holder = %holder.identity, token = holder.token, "Lease repaired");
+                ctx.event(&lock.object_ref(&()), EventType::Warning, "LeaseRepaired", note, "Repair").await;
+            }
             Decision::PatchHolder(g) => {
                 tracing::info!(lock = %name, holder = %g.name, token = g.token, "finishing a grant recorded in the Lease");
                 patch_holder(&ctx, &ns, &lock, &g, &mut pods).await?;
@@ -185,8 +200,11 @@ fn candidates_of(ctx: &Context, ns: &str, lock: &str) -> Vec<Candidate> {
         .state()
         .into_iter()
         .filter(|p| p.namespace().as_deref() == Some(ns))
-        .filter(|p| p.annotations().get(LOCK_ANNOTATION).map(|v| v.trim()) == Some(lock))
-        .filter_map(|p| candidate_of_pod(&p));
+        .filter(|p| {
+            p.annotations().get(LOCK_ANNOTATION).map(|v| v.trim()) == Some(lock)
+                || p.annotations().get(GRANTED_LOCK_ANNOTATION).map(String::as_str) == Some(lock)
+        })
+        .filter_map(|p| candidate_of_pod(&p, lock));
     let claims = ctx
         .claims
         .state()
@@ -209,8 +227,10 @@ fn candidates_of(ctx: &Context, ns: &str, lock: &str) -> Vec<Candidate> {
     views
 }
 
-/// The decision's view of a pod; `None` for pods without name/uid/creationTimestamp.
-pub fn candidate_of_pod(p: &Pod) -> Option<Candidate> {
+/// The decision's view of a pod for `lock`; `None` for pods without name/uid/creationTimestamp.
+/// Its token counts only if it was granted for this lock (`leasehold.dev/granted-lock`), so a pod
+/// that holds another lock, or forged a token annotation, is never taken for this lock's holder.
+pub fn candidate_of_pod(p: &Pod, lock: &str) -> Option<Candidate> {
     let spec = p.spec.as_ref();
     let name = p.metadata.name.clone()?;
     let ann = |k: &str| p.annotations().get(k).map(String::as_str);
@@ -226,7 +246,7 @@ pub fn candidate_of_pod(p: &Pod) -> Option<Candidate> {
         node_name: spec.and_then(|s| s.node_name.clone()).filter(|n| !n.is_empty()),
         phase: Phase::parse(p.status.as_ref().and_then(|s| s.phase.as_deref())),
         deleting: p.metadata.deletion_timestamp.is_some(),
-        token: ann(TOKEN_ANNOTATION).and_then(parse_token),
+        token: ann(TOKEN_ANNOTATION).and_then(parse_token).filter(|_| ann(GRANTED_LOCK_ANNOTATION) == Some(lock)),
         on_busy: policy::parse_on_busy(ann(policy::ON_BUSY_ANNOTATION)).unwrap_or_default(),
         max_wait: policy::parse_max_wait(ann(policy::MAX_WAIT_ANNOTATION)).unwrap_or_default(),
         waiting_for: None,
@@ -354,7 +374,10 @@ async fn patch_holder(
         HolderKind::Pod => {
             let api: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
             let patch = json!({
-                "metadata": { "uid": g.uid, "annotations": { TOKEN_ANNOTATION: g.token.to_string() } },
+                "metadata": { "uid": g.uid, "annotations": {
+                    TOKEN_ANNOTATION: g.token.to_string(),
+                    GRANTED_LOCK_ANNOTATION: lock.name_any(),
+                } },
                 "spec": { "schedulingGates": [ { "$patch": "delete", "name": SCHEDULING_GATE } ] },
             });
             let pod = call("patch Pod", api.patch(&g.name, &PatchParams::default(), &Patch::Strategic(&patch))).await?;
@@ -459,7 +482,7 @@ async fn write_status(
         .and_then(|l| l.spec.as_ref()?.acquire_time.as_ref())
         .map(|t| k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(t.0));
     let holder_status = holder.as_ref().map(|g| HolderStatus {
-        name: g.name.clone(),
+        name: g.identity.clone(),
         uid: Some(g.uid.clone()),
         token: g.token,
         since: old.holder.as_ref().filter(|h| h.uid.as_deref() == Some(&g.uid)).and_then(|h| h.since.clone()).or(since),

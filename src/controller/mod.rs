@@ -287,13 +287,15 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
     };
     // The controllers stop on SIGTERM/SIGINT (`shutdown_on_signal`); the process ends when the
     // lock controller has stopped, whatever the pod checks are doing.
-    tokio::spawn(pod_loop);
-    let workloads = tokio::spawn(futures::future::join3(cronjobs, deployments, statefulsets));
+    // All in this one task: kube-runtime 5.0's store readiness was seen never to wake a waiter
+    // polled from a second task.
+    let workloads = futures::future::join3(cronjobs, deployments, statefulsets);
     tokio::select! {
         _ = lock_loop => {}
+        _ = pod_loop => {}
+        _ = workloads => {}
         r = admin => { r??; }
     }
-    workloads.abort();
     tracing::info!("shut down");
     Ok(())
 }

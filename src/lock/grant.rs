@@ -297,6 +297,14 @@ pub enum Decision {
     /// gate, set the token annotation) or the claim's status (phase Granted, token). Happens after
     /// every Lease write of a grant, and after a crash between the two writes.
     PatchHolder(Grant),
+    /// The Lease disagrees with a running holder (hand-edited, or the holder pod's annotation
+    /// changed): compare-and-swap it back to name `holder` with its own token. No pod is patched.
+    RepairLease {
+        /// The running holder the Lease must name.
+        holder: Grant,
+        /// New `leasehold.dev/token-floor` when the Lease's token annotations were unreadable.
+        floor: Option<i64>,
+    },
     /// Delete the holder pod: it stayed Pending longer than the start timeout.
     DeletePod {
         /// Pod name.
@@ -348,7 +356,7 @@ pub fn decide(obs: &Observation<'_>) -> Result<Plan, TokenExhausted> {
         let decision = match obs.fresh_reservation {
             None => reserve(obs.ceiling, obs.ceiling.saturating_add(1))?,
             Some(floor) => {
-                let adopt = adoptable_holder(obs.pods);
+                let adopt = adoptable_holder(obs.pods, obs.ceiling);
                 if let Some(a) = &adopt {
                     waiters.retain(|w| w.uid != a.uid);
                 }
@@ -358,7 +366,11 @@ pub fn decide(obs: &Observation<'_>) -> Result<Plan, TokenExhausted> {
         return Ok(Plan { decision, holder: None, waiters: names(&waiters) });
     };
 
-    let released = match holder_state(obs, lease) {
+    if let Some(decision) = repair(obs, lease)? {
+        return Ok(Plan { decision, holder: None, waiters: names(&waiters) });
+    }
+
+    let released = match holder_state(obs, lease, !waiters.is_empty()) {
         HolderState::Free => None,
         HolderState::Released(r) => Some(r),
         HolderState::NeedsPatch(g) => {
@@ -417,7 +429,46 @@ fn holding(holder: Grant, decision: Decision, mut waiters: Vec<&Candidate>) -> P
     Plan { decision, waiters: names(&waiters), holder: Some(holder) }
 }
 
-fn holder_state(obs: &Observation<'_>, lease: &LeaseView) -> HolderState {
+/// Checks the Lease against the running holders Kubernetes shows. A pod that runs with a grant of
+/// this lock cannot be stopped by the operator, so when the Lease disagrees with it (a hand-edited
+/// holder or token, a holder pod whose lock annotation was changed) the Lease is repaired to name
+/// the running holder with its own token, and nothing else is granted meanwhile:
+/// - the Lease's holder runs ungated with a token other than the Lease's: repair to that token;
+/// - another pod runs with a grant at least as new as the Lease's holder's (or the Lease names
+///   nobody or someone unknown): repair to the newest running grant.
+///
+/// Only tokens this lock can have issued count (at most its reserved ceiling).
+fn repair(obs: &Observation<'_>, lease: &LeaseView) -> Result<Option<Decision>, TokenExhausted> {
+    let running = |c: &&Candidate| !c.gated && !c.is_terminal() && c.token.is_some_and(|t| t <= obs.ceiling);
+    let best = obs.pods.iter().filter(|c| c.kind == HolderKind::Pod).filter(running).max_by_key(|c| c.token);
+    let holder = lease.holder.as_ref().and_then(|h| {
+        obs.pods.iter().find(|c| c.identity == h.name && Some(&c.uid) == h.uid.as_ref() && !c.is_terminal())
+    });
+    let target = match (holder, best) {
+        (Some(h), _) if !h.gated && h.token.is_some() && (h.token != Some(lease.token) || !lease.trusted) => h,
+        (Some(h), Some(b)) => {
+            let h_token = if h.gated { lease.token } else { h.token.unwrap_or(0) };
+            if b.uid == h.uid || b.token.unwrap_or(0) < h_token {
+                return Ok(None);
+            }
+            b
+        }
+        (None, Some(b)) => b,
+        (_, None) => return Ok(None),
+    };
+    let token = target.token.unwrap_or(lease.token);
+    let floor = if lease.trusted {
+        None
+    } else {
+        match obs.fresh_reservation {
+            None => return Ok(Some(reserve(obs.ceiling, obs.ceiling.saturating_add(1))?)),
+            Some(f) => Some(f),
+        }
+    };
+    Ok(Some(Decision::RepairLease { holder: grant_for(target, token), floor }))
+}
+
+fn holder_state(obs: &Observation<'_>, lease: &LeaseView, has_waiters: bool) -> HolderState {
     let Some(h) = &lease.holder else { return HolderState::Free };
     let release = |reason| HolderState::Released(Release { name: h.name.clone(), token: lease.token, reason });
     let found = obs.pods.iter().find(|p| p.identity == h.name && Some(&p.uid) == h.uid.as_ref());
@@ -446,7 +497,9 @@ fn holder_state(obs: &Observation<'_>, lease: &LeaseView) -> HolderState {
     if c.gated || c.token != Some(lease.token) {
         return HolderState::NeedsPatch(g);
     }
-    if obs.holder_node_lost_for.is_some_and(|d| d >= obs.settings.node_loss_timeout) {
+    // Taking the lock from a holder on a lost node only helps a waiter; without one, the Lease
+    // keeps naming it (it may still run: a partitioned node).
+    if has_waiters && obs.holder_node_lost_for.is_some_and(|d| d >= obs.settings.node_loss_timeout) {
         return release(ReleaseReason::NodeLost);
     }
     if c.kind == HolderKind::Pod
@@ -498,9 +551,10 @@ fn next_timeout(obs: &Observation<'_>) -> Option<Duration> {
 }
 
 /// After a Lease was deleted: the still-running pod with the highest token keeps holding.
-fn adoptable_holder(pods: &[Candidate]) -> Option<Grant> {
+fn adoptable_holder(pods: &[Candidate], ceiling: i64) -> Option<Grant> {
     pods.iter()
         .filter(|p| !p.gated && !p.is_terminal() && (p.kind == HolderKind::Claim || p.node_name.is_some()))
+        .filter(|p| p.token.is_some_and(|t| t <= ceiling))
         .filter_map(|p| p.token.map(|t| grant_for(p, t)))
         .max_by_key(|g| g.token)
 }

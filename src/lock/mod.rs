@@ -12,6 +12,8 @@ pub const LOCK_ANNOTATION: &str = "leasehold.dev/lock";
 pub const SCHEDULING_GATE: &str = "leasehold.dev/lock";
 /// Annotation the operator sets on a granted pod (and on the Lease): the decimal fencing token.
 pub const TOKEN_ANNOTATION: &str = "leasehold.dev/fencing-token";
+/// Annotation the operator sets on a granted pod: the lock the grant (and its token) is for.
+pub const GRANTED_LOCK_ANNOTATION: &str = "leasehold.dev/granted-lock";
 /// Lease annotation: UID of the holder pod, so a new pod with the same name is not the holder.
 pub const HOLDER_UID_ANNOTATION: &str = "leasehold.dev/holder-uid";
 /// Lease annotation: every token issued before the Lease was (re)created is <= this number.

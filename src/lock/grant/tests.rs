@@ -142,13 +142,13 @@ fn vanished_holder_without_waiters_frees_the_lock() {
 
 #[test]
 fn a_new_pod_reusing_the_holders_name_is_not_the_holder() {
-    let pods = [Candidate { uid: "other".into(), ..running("h", 1, 3) }];
+    // A StatefulSet-style replacement: same name, new UID, waiting at the gate.
+    let pods = [Candidate { uid: "other".into(), ..pod("h", 5) }];
     let l = lease(Some("h"), 3);
     let plan = decide(&obs(Some(&l), &pods)).unwrap();
-    assert!(matches!(
-        plan.decision,
-        Decision::UpdateLease { holder: None, released: Some(Release { reason: ReleaseReason::Gone, .. }), .. }
-    ));
+    let released = Some(Release { name: "h".into(), token: 3, reason: ReleaseReason::Gone });
+    let next = Some(Grant { uid: "other".into(), ..granted("h", 4).unwrap() });
+    assert_eq!(plan.decision, Decision::UpdateLease { holder: next, released, floor: None });
 }
 
 #[test]
@@ -177,6 +177,63 @@ fn start_timeout_deletes_the_pending_holder() {
     assert_eq!(decide(&o).unwrap().decision, Decision::Idle { requeue_after: Some(Duration::from_secs(200)) });
     let o = Observation { holder_pending_for: Some(Duration::from_secs(300)), ..o };
     assert_eq!(decide(&o).unwrap().decision, Decision::DeletePod { name: "h".into(), uid: "uid-h".into() });
+}
+
+#[test]
+fn lost_node_without_waiters_keeps_the_holder() {
+    let pods = [running("h", 1, 3)];
+    let l = lease(Some("h"), 3);
+    let o = Observation { holder_node_lost_for: Some(Duration::from_secs(600)), ..obs(Some(&l), &pods) };
+    assert!(matches!(decide(&o).unwrap().decision, Decision::Idle { .. }));
+}
+
+#[test]
+fn lease_naming_an_intruder_is_repaired_to_the_running_holder() {
+    let pods = [running("a", 1, 3), pod("b", 2)];
+    let mut l = lease(Some("a"), 3);
+    l.holder = Some(Holder { name: "intruder".into(), uid: None });
+    let plan = decide(&obs(Some(&l), &pods)).unwrap();
+    assert_eq!(plan.decision, Decision::RepairLease { holder: granted("a", 3).unwrap(), floor: None });
+}
+
+#[test]
+fn lease_naming_a_waiter_with_the_running_holders_token_is_repaired() {
+    let pods = [running("c", 1, 1002), pod("w", 2)];
+    let l = lease(Some("w"), 1002);
+    let plan = decide(&Observation { ceiling: 2000, ..obs(Some(&l), &pods) }).unwrap();
+    assert_eq!(plan.decision, Decision::RepairLease { holder: granted("c", 1002).unwrap(), floor: None });
+}
+
+#[test]
+fn edited_lease_token_is_repaired_never_pushed_to_the_pod() {
+    let pods = [running("b", 1, 2), pod("w", 2)];
+    let l = lease(Some("b"), 5);
+    let plan = decide(&obs(Some(&l), &pods)).unwrap();
+    assert_eq!(plan.decision, Decision::RepairLease { holder: granted("b", 2).unwrap(), floor: None });
+    // Unreadable token: repaired above a fresh reservation.
+    let l = LeaseView { trusted: false, ..lease(Some("b"), 0) };
+    let o = obs(Some(&l), &pods);
+    assert!(matches!(decide(&o).unwrap().decision, Decision::Reserve { .. }));
+    let o = Observation { fresh_reservation: Some(1000), ..o };
+    assert_eq!(
+        decide(&o).unwrap().decision,
+        Decision::RepairLease { holder: granted("b", 2).unwrap(), floor: Some(1000) }
+    );
+}
+
+#[test]
+fn new_grant_recorded_in_the_lease_is_finished_even_with_an_older_zombie_running() {
+    // After a node-loss takeover: the zombie runs with token 3, the Lease names the new grant 4.
+    let pods = [running("zombie", 1, 3), pod("next", 2)];
+    let l = lease(Some("next"), 4);
+    assert_eq!(decide(&obs(Some(&l), &pods)).unwrap().decision, Decision::PatchHolder(granted("next", 4).unwrap()));
+}
+
+#[test]
+fn forged_tokens_above_the_ceiling_are_never_adopted() {
+    let pods = [running("forged", 1, 99_999)];
+    let o = Observation { fresh_reservation: Some(1000), ..obs(None, &pods) };
+    assert_eq!(decide(&o).unwrap().decision, Decision::CreateLease { holder: None, floor: 1000 });
 }
 
 #[test]
@@ -228,12 +285,12 @@ fn hand_edited_lease_is_refloored_before_any_grant() {
 }
 
 #[test]
-fn holder_with_a_uid_less_lease_entry_is_released() {
+fn lease_entry_without_uid_is_repaired_to_the_running_holder() {
     let pods = [running("h", 1, 3)];
     let mut l = lease(Some("h"), 3);
     l.holder.as_mut().unwrap().uid = None;
     let plan = decide(&obs(Some(&l), &pods)).unwrap();
-    assert!(matches!(plan.decision, Decision::UpdateLease { holder: None, released: Some(_), .. }));
+    assert_eq!(plan.decision, Decision::RepairLease { holder: granted("h", 3).unwrap(), floor: None });
 }
 
 #[test]
