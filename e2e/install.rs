@@ -759,6 +759,7 @@ fn ordinary_user(ns: &TestNs, name: &str) {
 
 const GATE: &str = "leasehold.dev/lock";
 const TOKEN: &str = "leasehold.dev/fencing-token";
+const GRANTED_LOCK: &str = "leasehold.dev/granted-lock";
 
 fn ungate_patch() -> Value {
     json!({"spec": {"schedulingGates": [{"$patch": "delete", "name": GATE}]}})
@@ -792,6 +793,9 @@ async fn only_the_operator_may_ungate_pods_or_set_fencing_tokens() {
     let mut forged = gated_pod("forged", "report", "1s");
     forged.metadata.annotations.get_or_insert_default().insert(TOKEN.into(), "5".into());
     assert_denied(mallory.create(&PostParams::default(), &forged).await, &policy, "fencing-token");
+    // Or making a token count for another lock.
+    let forge = json!({"metadata": {"annotations": {GRANTED_LOCK: "report"}}});
+    assert_denied(mallory.patch("victim", &pp, &Patch::Merge(&forge)).await, &policy, "granted-lock");
     // Changes that concern no grant go through.
     let label = json!({"metadata": {"labels": {"team": "a"}}});
     assert_allowed(mallory.patch("victim", &pp, &Patch::Merge(&label)).await, "an unrelated label");
@@ -799,10 +803,15 @@ async fn only_the_operator_may_ungate_pods_or_set_fencing_tokens() {
     assert!(is_gated(&victim) && token_of(&victim).is_none(), "the pod is untouched");
 
     // The operator may: the very patch a grant writes.
-    let grant = json!({"metadata": {"annotations": {TOKEN: "1"}}, "spec": {"schedulingGates": [{"$patch": "delete", "name": GATE}]}});
+    let grant = json!({
+        "metadata": {"annotations": {TOKEN: "1", GRANTED_LOCK: "report"}},
+        "spec": {"schedulingGates": [{"$patch": "delete", "name": GATE}]},
+    });
     let p = assert_allowed(operator.patch("victim", &pp, &Patch::Strategic(&grant)).await, "the operator grants");
     assert!(!is_gated(&p) && token_of(&p) == Some(1));
-    // Once granted, nobody else may change or remove the token.
+    // Once granted, nobody else may point the grant at another lock, or change or remove the token.
+    let other_lock = json!({"metadata": {"annotations": {GRANTED_LOCK: "other-lock"}}});
+    assert_denied(mallory.patch("victim", &pp, &Patch::Merge(&other_lock)).await, &policy, "granted-lock");
     let change = json!({"metadata": {"annotations": {TOKEN: "2"}}});
     assert_denied(mallory.patch("victim", &pp, &Patch::Merge(&change)).await, &policy, "fencing-token");
     let remove = json!({"metadata": {"annotations": {TOKEN: null}}});
