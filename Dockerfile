@@ -3,7 +3,8 @@
 # Build stage: Rust toolchain (the version the project is developed and tested with). Runtime
 # stage: distroless "cc" (glibc, libgcc, CA certificates; no shell, no package manager), as the
 # non-root user 65532. The binary is built by docker/cargo-build.sh, the same script
-# `make image-check` runs outside any container.
+# `make image-check` runs outside any container. Builder and runtime are both Debian 12
+# (bookworm), so the binary needs no newer glibc than the runtime image has.
 ARG RUST_VERSION=1.95.0
 
 FROM docker.io/library/rust:${RUST_VERSION}-slim-bookworm AS build
