@@ -265,3 +265,29 @@ async fn paused_holder_is_fenced_off_by_postgres() {
     drop(b);
     ns.cleanup().await;
 }
+
+#[tokio::test]
+async fn interrupted_waiter_leaves_the_queue_and_a_missing_command_exits_127() {
+    let mut ns = TestNs::new("interrupt").await;
+    ns.create_lock("l", json!({})).await;
+    ns.start_operator(&[]);
+    let _holder = ns.lock_process("holder", &["l", "--identity", "holder", "--", "sleep", "600"]);
+    wait_holder(&ns, "l", "holder").await;
+    let mut waiter = ns.lock_process("waiter", &["l", "--identity", "waiter", "--", "true"]);
+    let claims = ns.api::<DistributedLockClaim>();
+    wait_until("waiter queued", WAIT, || async {
+        claims.list(&Default::default()).await.is_ok_and(|l| l.items.len() == 2)
+    })
+    .await;
+    waiter.signal("INT");
+    assert_eq!(waiter.wait_exit().await, 130, "log:\n{}", waiter.output());
+    wait_until("waiter's claim deleted", WAIT, || async {
+        claims.list(&Default::default()).await.is_ok_and(|l| l.items.iter().all(|c| c.spec.identity == "holder"))
+    })
+    .await;
+    drop(_holder);
+    wait_until("holder gone", WAIT, || async { lease_holder(&ns, "l").await.is_none() }).await;
+    let mut missing = ns.lock_process("missing", &["l", "--", "/no/such/command"]);
+    assert_eq!(missing.wait_exit().await, 127, "log:\n{}", missing.output());
+    ns.cleanup().await;
+}

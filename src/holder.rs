@@ -181,6 +181,20 @@ impl Holder {
     }
 
     async fn claim(&self, on_busy: OnBusy, wait_timeout: Option<Duration>) -> Result<LockGuard, HolderError> {
+        let ticket = self.enqueue(on_busy).await?;
+        let result = ticket.wait(wait_timeout).await;
+        if result.is_err() {
+            ticket.cancel().await;
+        }
+        result
+    }
+
+    /// Joins the queue without waiting: creates the claim and returns a [`Ticket`] to wait on or
+    /// to cancel (for callers that must react to signals while waiting).
+    ///
+    /// # Errors
+    /// [`HolderError::LockNotFound`], [`HolderError::InvalidTimings`], [`HolderError::Kube`].
+    pub async fn enqueue(&self, on_busy: OnBusy) -> Result<Ticket, HolderError> {
         let locks: Api<DistributedLock> = Api::namespaced(self.client.clone(), &self.namespace);
         let lock =
             locks.get_opt(&self.lock).await.map_err(kube_err("get DistributedLock"))?.ok_or_else(|| {
@@ -205,27 +219,14 @@ impl Holder {
             status: None,
         };
         let claim = claims.create(&PostParams::default(), &claim).await.map_err(kube_err("create claim"))?;
-        let claim_name = claim.name_any();
-        let claim_uid = claim.uid().unwrap_or_default();
-        let wait = self.wait_for_grant(&claims, &claim_name);
-        let outcome = match wait_timeout {
-            Some(t) => tokio::time::timeout(t, wait)
-                .await
-                .unwrap_or_else(|_| Err(HolderError::WaitTimeout(t, self.lock.clone()))),
-            None => wait.await,
-        };
-        let token = match outcome {
-            Ok(t) => t,
-            Err(e) => {
-                delete_claim(&claims, &claim_name, &claim_uid).await;
-                return Err(e);
-            }
-        };
-        let guard = LockGuard::start(self, claim_name, claim_uid, token, renew_deadline, retry_period).await;
-        match guard {
-            Ok(g) => Ok(g),
-            Err(e) => Err(e),
-        }
+        Ok(Ticket {
+            holder: self.clone(),
+            claims,
+            claim_name: claim.name_any(),
+            claim_uid: claim.uid().unwrap_or_default(),
+            renew_deadline,
+            retry_period,
+        })
     }
 
     /// Watches the claim until it is granted (token) or rejected.
@@ -253,6 +254,49 @@ impl Holder {
             }
         }
         Err(HolderError::Rejected("claim watch ended".into()))
+    }
+}
+
+/// A place in a lock's queue (a `DistributedLockClaim`), from [`Holder::enqueue`].
+pub struct Ticket {
+    holder: Holder,
+    claims: Api<DistributedLockClaim>,
+    claim_name: String,
+    claim_uid: String,
+    renew_deadline: Duration,
+    retry_period: Duration,
+}
+
+impl Ticket {
+    /// Waits (watch) until the claim is granted, then proves the grant with a first renewal.
+    /// On error the claim stays queued: call [`Ticket::cancel`].
+    ///
+    /// # Errors
+    /// [`HolderError::WaitTimeout`], [`HolderError::Busy`] (skip policy), [`HolderError::Rejected`],
+    /// [`HolderError::NotHolder`], [`HolderError::Kube`].
+    pub async fn wait(&self, timeout: Option<Duration>) -> Result<LockGuard, HolderError> {
+        let wait = self.holder.wait_for_grant(&self.claims, &self.claim_name);
+        let token = match timeout {
+            Some(t) => tokio::time::timeout(t, wait)
+                .await
+                .unwrap_or_else(|_| Err(HolderError::WaitTimeout(t, self.holder.lock.clone())))?,
+            None => wait.await?,
+        };
+        LockGuard::start(
+            &self.holder,
+            self.claim_name.clone(),
+            self.claim_uid.clone(),
+            token,
+            self.renew_deadline,
+            self.retry_period,
+        )
+        .await
+    }
+
+    /// Leaves the queue: deletes the claim (UID precondition). If it was granted meanwhile, the
+    /// operator sees the holder gone and grants the next waiter.
+    pub async fn cancel(self) {
+        delete_claim(&self.claims, &self.claim_name, &self.claim_uid).await;
     }
 }
 

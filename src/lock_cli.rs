@@ -16,6 +16,7 @@ use tokio::process::Command;
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::cli::LockArgs;
+use crate::crd::OnBusy;
 use crate::holder::{Holder, HolderError, LockGuard, Timings};
 
 /// Exit status: `--try` found the lock busy.
@@ -24,7 +25,8 @@ pub const EXIT_BUSY: i32 = 3;
 pub const EXIT_WAIT_TIMEOUT: i32 = 4;
 /// Exit status: the lock was lost while the command ran; the command was stopped.
 pub const EXIT_LOST: i32 = 5;
-/// Exit status: any other failure (API error, lock not found, bad timings, command not found).
+/// Exit status: any other failure (API error, lock not found, bad timings). A command that
+/// cannot be started gives 127 (not found) or 126, as in a shell; usage errors give 2.
 pub const EXIT_ERROR: i32 = 1;
 
 const FORWARDED: [(SignalKind, Signal); 6] = [
@@ -58,11 +60,21 @@ async fn run_inner(args: LockArgs) -> anyhow::Result<i32> {
     if let (Ok(name), Ok(uid)) = (std::env::var("POD_NAME"), std::env::var("POD_UID")) {
         holder = holder.owned_by_pod(&name, &uid);
     }
-    let acquired = if args.r#try {
-        holder.try_acquire().await.and_then(|g| g.ok_or_else(|| HolderError::Busy(args.lock.clone())))
-    } else {
-        holder.acquire(args.wait_timeout.map(Into::into)).await
+    let on_busy = if args.r#try { OnBusy::Skip } else { OnBusy::Wait };
+    let ticket = holder.enqueue(on_busy).await?;
+    // Leave the queue cleanly when interrupted while waiting.
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    let mut hup = signal(SignalKind::hangup())?;
+    let acquired = tokio::select! {
+        r = ticket.wait(args.wait_timeout.map(Into::into)) => r,
+        _ = term.recv() => { ticket.cancel().await; return Ok(128 + 15) }
+        _ = int.recv() => { ticket.cancel().await; return Ok(128 + 2) }
+        _ = hup.recv() => { ticket.cancel().await; return Ok(128 + 1) }
     };
+    if acquired.is_err() {
+        ticket.cancel().await;
+    }
     let guard = match acquired {
         Ok(g) => g,
         Err(HolderError::Busy(lock)) => {
@@ -92,7 +104,9 @@ async fn supervise(args: LockArgs, guard: LockGuard) -> anyhow::Result<i32> {
         Ok(c) => c,
         Err(e) => {
             let _ = guard.release().await;
-            return Err(anyhow::anyhow!("cannot start {program}: {e}"));
+            eprintln!("leasehold lock: cannot start {program}: {e}");
+            // The shell's conventions: 127 command not found, 126 not executable.
+            return Ok(if e.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 });
         }
     };
     let pid = Pid::from_raw(child.id().map(|p| p as i32).unwrap_or(0));
