@@ -24,6 +24,7 @@ crd:
 
 down:
 	e2e/cluster.sh down e2e
+	e2e/harness/postgres.sh down e2e
 
 # Install like a real operator (docs/install.md). Part of `make lint`:
 #   chart-lint   helm lint --strict of charts/leasehold
@@ -39,3 +40,13 @@ image-check:
 
 manifests:
 	deploy/render.sh > deploy/leasehold.yaml
+
+# Benchmarks against the local control plane "bench" (README "Performance"): builds the operator
+# and the kube-leader-election driver in release mode, runs every scenario side by side with the
+# Lease crates, prints the table, writes target/bench/ (report.md, results.json,
+# handover-cdf.png, logs/), and stops the cluster. BENCH_SIZE=quick for a short run.
+.PHONY: bench
+bench:
+	cargo build --release --bin leasehold
+	cargo build --release --locked --manifest-path benches/kle-driver/Cargo.toml --target-dir target/kle-driver
+	status=0; cargo bench --bench leasehold-bench || status=$$?; e2e/cluster.sh down bench; exit $$status
