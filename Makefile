@@ -11,7 +11,7 @@ demo-down:
 # Unit tests, the CRD drift test, and the end-to-end suite against the local control plane
 # "e2e" (built and started by the tests themselves; stop it with `make down`).
 test:
-	cargo test --all-targets -- --test-threads=3
+	cargo test --lib --bins --tests -- --test-threads=3
 
 lint: chart-lint image-check
 	cargo fmt --all -- --check
