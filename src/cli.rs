@@ -67,7 +67,8 @@ pub struct LockArgs {
     /// Namespace of the lock (default: the kubeconfig's namespace).
     #[arg(long, short = 'n')]
     pub namespace: Option<String>,
-    /// Identity written to the Lease's holderIdentity (default: $POD_NAME, else <hostname>-<pid>).
+    /// Identity written to the Lease's holderIdentity (default: $POD_NAME, else the authenticated
+    /// user name, as `kubectl auth whoami` shows it, else <hostname>-<pid>).
     #[arg(long, env = "LEASEHOLD_IDENTITY")]
     pub identity: Option<String>,
     /// Give up (exit 4) when the lock is not granted within this time (default: wait forever).

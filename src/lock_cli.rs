@@ -52,7 +52,10 @@ pub async fn run(args: LockArgs) -> i32 {
 async fn run_inner(args: LockArgs) -> anyhow::Result<i32> {
     let client = kube::Client::try_default().await?;
     let namespace = args.namespace.clone().unwrap_or_else(|| client.default_namespace().to_string());
-    let identity = args.identity.clone().unwrap_or_else(default_identity);
+    let identity = match args.identity.clone() {
+        Some(id) => id,
+        None => default_identity(&client).await,
+    };
     let mut holder = Holder::new(client, &namespace, &args.lock, &identity).with_timings(Timings {
         renew_deadline: args.renew_deadline.map(Into::into),
         retry_period: args.retry_period.map(Into::into),
@@ -156,10 +159,19 @@ fn exit_code(status: ExitStatus) -> i32 {
     status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
 }
 
-/// `$POD_NAME` in a pod, else `<hostname>-<pid>`.
-fn default_identity() -> String {
-    std::env::var("POD_NAME").ok().filter(|n| !n.is_empty()).unwrap_or_else(|| {
-        let host = nix::unistd::gethostname().ok().and_then(|h| h.into_string().ok()).unwrap_or_else(|| "host".into());
-        format!("{host}-{}", std::process::id())
-    })
+/// `$POD_NAME` in a pod; else the user name the API server authenticates us as (a
+/// SelfSubjectReview, like `kubectl auth whoami`), which is what the chart's Lease policy lets
+/// renew a grant; else `<hostname>-<pid>`.
+async fn default_identity(client: &kube::Client) -> String {
+    if let Some(pod) = std::env::var("POD_NAME").ok().filter(|n| !n.is_empty()) {
+        return pod;
+    }
+    use k8s_openapi::api::authentication::v1::SelfSubjectReview;
+    let api: kube::Api<SelfSubjectReview> = kube::Api::all(client.clone());
+    let review = api.create(&kube::api::PostParams::default(), &SelfSubjectReview::default()).await;
+    if let Some(user) = review.ok().and_then(|r| r.status?.user_info?.username).filter(|u| !u.is_empty()) {
+        return user;
+    }
+    let host = nix::unistd::gethostname().ok().and_then(|h| h.into_string().ok()).unwrap_or_else(|| "host".into());
+    format!("{host}-{}", std::process::id())
 }
