@@ -55,6 +55,7 @@ async fn metrics(State(s): State<Arc<AdminState>>) -> impl IntoResponse {
 /// Fails if the address cannot be bound.
 pub async fn serve(addr: SocketAddr, state: Arc<AdminState>) -> std::io::Result<()> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
+    let addr = listener.local_addr()?;
     tracing::info!(%addr, "admin server listening");
     axum::serve(listener, router(state)).await
 }

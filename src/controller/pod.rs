@@ -57,7 +57,10 @@ async fn check(pod: &Pod, pctx: &PodContext) {
     let ns = pod.namespace().unwrap_or_default();
 
     if pctx.locks.get(&lock).is_none() {
-        if warn("LockNotFound") {
+        if lock.name.is_empty() && warn("EmptyLockName") {
+            let note = "annotation leasehold.dev/lock is empty: name a DistributedLock in this namespace".to_string();
+            pctx.ctx.event(&pod_ref(pod), EventType::Warning, "InvalidAnnotation", note, "Validate").await;
+        } else if !lock.name.is_empty() && warn("LockNotFound") {
             let note = format!(
                 "DistributedLock {} does not exist in namespace {ns}; the pod waits until it is created",
                 lock.name
@@ -72,8 +75,9 @@ async fn check(pod: &Pod, pctx: &PodContext) {
         && !pod.annotations().contains_key(TOKEN_ANNOTATION);
     if bound_without_grant && warn("NotGateable") {
         let note = format!(
-            "pod names lock {} but sets spec.nodeName, so it bypasses the scheduler and cannot wait at the \
-             leasehold.dev/lock scheduling gate; it is never counted as a holder",
+            "pod names lock {} but was not waiting at the leasehold.dev/lock scheduling gate (created without it, \
+             or it sets spec.nodeName and bypasses the scheduler), so it runs without the lock and is never \
+             counted as a holder",
             lock.name
         );
         pctx.ctx.event(&pod_ref(pod), EventType::Warning, "NotGateable", note, "Reject").await;
@@ -88,7 +92,7 @@ async fn check(pod: &Pod, pctx: &PodContext) {
         if let Some(problem) = problem
             && warn(key)
         {
-            let note = format!("{problem}; using the default");
+            let note = format!("{problem}; using the default (wait in FIFO order, no time limit)");
             pctx.ctx.event(&pod_ref(pod), EventType::Warning, "InvalidAnnotation", note, "Validate").await;
         }
     }
