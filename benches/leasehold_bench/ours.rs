@@ -1,0 +1,737 @@
+//! Leasehold's scenarios: the operator (release build, its own process, one namespace) and the
+//! holder library (`leasehold::holder`) / `leasehold lock` CLI as a user would run them.
+
+use std::collections::HashMap;
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::bail;
+use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::api::{Api, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use leasehold::crd::{DistributedLock, DistributedLockClaim};
+use leasehold::holder::Holder;
+use leasehold::lock::{LOCK_ANNOTATION, SCHEDULING_GATE, TOKEN_ANNOTATION};
+use serde_json::json;
+
+use crate::env::{ApiCounts, Env, OUR_RESOURCES};
+use crate::results::{Failover, Herd, Latency, Scale, Throughput, Traffic};
+use crate::stats::{random_below, summarize};
+
+const WAIT: Duration = Duration::from_secs(120);
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// Waits until the lock's status shows `waiting` waiters (and, if given, the holder's token):
+/// the operator has seen every waiter, so what follows is timed from a settled state. Watches
+/// (one LIST + one WATCH) rather than polls, to stay out of the API counts.
+async fn wait_status(locks: &Api<DistributedLock>, name: &str, waiting: i32, token: Option<i64>) -> anyhow::Result<()> {
+    let cond = move |l: Option<&DistributedLock>| {
+        let Some(s) = l.and_then(|l| l.status.as_ref()) else { return false };
+        let holder_ok = token.is_none_or(|tok| s.holder.as_ref().is_some_and(|h| h.token == tok));
+        s.waiting >= waiting && holder_ok
+    };
+    tokio::time::timeout(WAIT, kube::runtime::wait::await_condition(locks.clone(), name, cond))
+        .await
+        .map_err(|_| anyhow::anyhow!("lock {name}: status never showed {waiting} waiters"))??;
+    Ok(())
+}
+
+/// Namespace + operator + locks, ready to use.
+async fn setup(
+    env: &Env,
+    tag: &str,
+    locks: &[String],
+    spec: serde_json::Value,
+) -> anyhow::Result<(String, crate::env::Operator)> {
+    let ns = env.namespace(tag).await?;
+    let op = env.start_operator(&ns, tag)?;
+    op.wait_ready(Instant::now(), Duration::from_secs(60)).await?;
+    env.create_locks(&ns, locks, spec, 32).await?;
+    env.wait_leases(&ns, locks.len(), Duration::from_secs(600)).await?;
+    Ok((ns, op))
+}
+
+/// What the bench's own watches saw during the handover scenario.
+enum Mark {
+    /// The Lease changed; its holder identity.
+    Lease(Instant, Option<String>),
+    /// A claim of this identity shows its grant (token in status).
+    ClaimGranted(Instant, String),
+}
+
+/// Scenario 1: two clients (separate connection pools, as two processes would have) ping-pong
+/// one lock `n` times. A sample: `release()` called -> the waiter's `acquire()` returns a guard.
+/// The bench also watches the Lease and the claims, to split each handover into phases.
+pub async fn handover(env: &Env, n: usize, hold: Duration) -> anyhow::Result<Latency> {
+    let started = Instant::now();
+    let (ns, mut op) = setup(env, "handover", &["h".into()], json!({})).await?;
+    let locks: Api<DistributedLock> = Api::namespaced(env.client.clone(), &ns);
+    let marks: Arc<Mutex<Vec<Mark>>> = Arc::default();
+    let observer = env.new_client().await?;
+    let leases: Api<Lease> = Api::namespaced(observer.clone(), &ns);
+    let m = marks.clone();
+    let lease_watch = tokio::spawn(
+        watcher(leases, watcher::Config::default().fields("metadata.name=h")).applied_objects().for_each(move |l| {
+            if let Ok(l) = l {
+                let holder = l.spec.and_then(|s| s.holder_identity);
+                m.lock().unwrap_or_else(|e| e.into_inner()).push(Mark::Lease(Instant::now(), holder));
+            }
+            futures::future::ready(())
+        }),
+    );
+    let claims: Api<DistributedLockClaim> = Api::namespaced(observer, &ns);
+    let m = marks.clone();
+    let claim_watch = tokio::spawn(watcher(claims, watcher::Config::default()).applied_objects().for_each(move |c| {
+        if let Ok(c) = c
+            && c.status.as_ref().is_some_and(|s| s.token.is_some())
+        {
+            m.lock().unwrap_or_else(|e| e.into_inner()).push(Mark::ClaimGranted(Instant::now(), c.spec.identity));
+        }
+        futures::future::ready(())
+    }));
+    let mut holding = Holder::new(env.new_client().await?, &ns, "h", "client-a");
+    let mut waiting = Holder::new(env.new_client().await?, &ns, "h", "client-b");
+    let mut guard = holding.acquire(Some(WAIT)).await?;
+    let mut samples = Vec::with_capacity(n);
+    let mut spans = Vec::with_capacity(n);
+    for _ in 0..n {
+        let w = waiting.clone();
+        let task = tokio::spawn(async move {
+            let r = w.acquire(Some(WAIT)).await;
+            (Instant::now(), r)
+        });
+        wait_status(&locks, "h", 1, Some(guard.token())).await?;
+        tokio::time::sleep(hold).await;
+        let t0 = Instant::now();
+        guard.release().await?;
+        let (t1, r) = task.await?;
+        guard = r?;
+        samples.push(ms(t1.duration_since(t0)));
+        spans.push((t0, t1, guard.identity().to_string()));
+        std::mem::swap(&mut holding, &mut waiting);
+    }
+    let _ = guard.release().await;
+    lease_watch.abort();
+    claim_watch.abort();
+    op.kill();
+    env.finished(&ns);
+    let marks = std::mem::take(&mut *marks.lock().unwrap_or_else(|e| e.into_inner()));
+    let mut lat = Latency::new(
+        format!(
+            "1 lock, 2 clients ping-pong, serial; holder holds {} ms after the operator shows the waiter queued; sample = LockGuard::release() called -> waiter's Holder::acquire() returns",
+            hold.as_millis()
+        ),
+        samples,
+        0,
+        started.elapsed().as_secs_f64(),
+    );
+    lat.phases = handover_phases(&marks, &spans);
+    Ok(lat)
+}
+
+/// Splits each handover (t0 release called, t1 acquire returned, waiter identity) at the moments
+/// the bench's watches saw: the Lease freed by the holder, the Lease naming the waiter (operator's
+/// grant), the waiter's claim granted (operator's second write).
+fn handover_phases(marks: &[Mark], spans: &[(Instant, Instant, String)]) -> Vec<(String, crate::stats::Summary)> {
+    let mut p: [Vec<f64>; 4] = Default::default();
+    for (t0, t1, who) in spans {
+        let freed = marks.iter().find_map(|m| match m {
+            Mark::Lease(t, None) if t >= t0 && t <= t1 => Some(*t),
+            _ => None,
+        });
+        let Some(freed) = freed else { continue };
+        let granted = marks.iter().find_map(|m| match m {
+            Mark::Lease(t, Some(h)) if *t >= freed && h == who => Some(*t),
+            _ => None,
+        });
+        let Some(granted) = granted else { continue };
+        let claim = marks.iter().find_map(|m| match m {
+            Mark::ClaimGranted(t, id) if *t >= granted && id == who => Some(*t),
+            _ => None,
+        });
+        let Some(claim) = claim else { continue };
+        p[0].push(ms(freed.duration_since(*t0)));
+        p[1].push(ms(granted.duration_since(freed)));
+        p[2].push(ms(claim.duration_since(granted)));
+        p[3].push(ms(t1.saturating_duration_since(claim)));
+    }
+    let names = [
+        "release() called -> watch sees the Lease freed (holder: GET + PUT Lease)",
+        "Lease freed -> watch sees the Lease name the waiter (operator: watch event, reconcile, PUT Lease)",
+        "Lease granted -> watch sees the claim granted (operator: PATCH claim status)",
+        "claim granted -> acquire() returns (waiter: watch event, first renewal GET + PUT Lease)",
+    ];
+    names.iter().zip(p.iter()).map(|(n, v)| (n.to_string(), summarize(v))).collect()
+}
+
+/// A pod that waits for `lock` and runs `run_for` once started (kwok completes it).
+fn gated_pod(name: &str, lock: &str, run_for: &str) -> anyhow::Result<Pod> {
+    Ok(serde_json::from_value(json!({
+        "metadata": {
+            "name": name,
+            "annotations": { LOCK_ANNOTATION: lock, "pod-complete.stage.kwok.x-k8s.io/delay": run_for },
+        },
+        "spec": {
+            "schedulingGates": [{"name": SCHEDULING_GATE}],
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "main", "image": "busybox"}],
+        },
+    }))?)
+}
+
+/// One pod as the bench's watch saw it.
+#[derive(Clone)]
+struct PodSeen {
+    at: Instant,
+    name: String,
+    phase: String,
+    gated: bool,
+    /// Has the fencing-token annotation.
+    token: bool,
+}
+
+/// Scenario 2: `n` gated pods on one lock, each running `run_for`. A sample: the bench's pod
+/// watch sees the holder `Succeeded` -> the same watch sees the next pod ungated with a token.
+pub async fn pod_handover(env: &Env, n: usize, run_for: &str) -> anyhow::Result<Latency> {
+    let started = Instant::now();
+    let (ns, mut op) = setup(env, "pods", &["p".into()], json!({})).await?;
+    let pods: Api<Pod> = Api::namespaced(env.client.clone(), &ns);
+    let seen: Arc<Mutex<Vec<PodSeen>>> = Arc::default();
+    let seen2 = seen.clone();
+    let watch = tokio::spawn(watcher(pods.clone(), watcher::Config::default()).applied_objects().for_each(move |p| {
+        if let Ok(p) = p {
+            let gated = p
+                .spec
+                .as_ref()
+                .and_then(|s| s.scheduling_gates.as_ref())
+                .is_some_and(|g| g.iter().any(|g| g.name == SCHEDULING_GATE));
+            let phase = p.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_default();
+            let token = p.annotations().contains_key(TOKEN_ANNOTATION);
+            seen2.lock().unwrap_or_else(|e| e.into_inner()).push(PodSeen {
+                at: Instant::now(),
+                name: p.name_any(),
+                phase,
+                gated,
+                token,
+            });
+        }
+        futures::future::ready(())
+    }));
+    let names: Vec<String> = (0..n).map(|i| format!("pod-{i:04}")).collect();
+    for name in &names {
+        pods.create(&PostParams::default(), &gated_pod(name, "p", run_for)?).await?;
+    }
+    let last = names.last().cloned().unwrap_or_default();
+    let deadline = Instant::now() + Duration::from_secs(60 + 5 * n as u64);
+    loop {
+        let done =
+            seen.lock().unwrap_or_else(|e| e.into_inner()).iter().any(|s| s.name == last && s.phase == "Succeeded");
+        if done {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!("pod handover: {last} did not finish in time");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    watch.abort();
+    let seen = seen.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let mut succeeded: HashMap<String, Instant> = HashMap::new();
+    let mut granted: HashMap<String, Instant> = HashMap::new();
+    for s in &seen {
+        if s.phase == "Succeeded" {
+            succeeded.entry(s.name.clone()).or_insert(s.at);
+        }
+        if !s.gated && s.token {
+            granted.entry(s.name.clone()).or_insert(s.at);
+        }
+    }
+    let mut order: Vec<(&String, &Instant)> = granted.iter().collect();
+    order.sort_by_key(|(_, t)| **t);
+    let mut samples = vec![];
+    let mut errors = 0;
+    for w in order.windows(2) {
+        match succeeded.get(w[0].0) {
+            Some(done) if done <= w[1].1 => samples.push(ms(w[1].1.duration_since(*done))),
+            _ => errors += 1,
+        }
+    }
+    op.kill();
+    env.finished(&ns);
+    Ok(Latency::new(
+        format!(
+            "1 lock, {n} gated pods (kwok runs each {run_for}); sample = pod watch sees holder Succeeded -> same watch sees next pod ungated with its token"
+        ),
+        samples,
+        errors,
+        started.elapsed().as_secs_f64(),
+    ))
+}
+
+fn renew_time(lease: &Lease) -> Option<SystemTime> {
+    let t = lease.spec.as_ref()?.renew_time.as_ref()?.0;
+    Some(UNIX_EPOCH + Duration::from_nanos(u64::try_from(t.as_nanosecond()).ok()?))
+}
+
+/// Scenario 3: per lock, a `leasehold lock` CLI process holds it (15 s lease, renewing every 2 s)
+/// and is SIGKILLed (with its command, the whole process group) at a random point of its renewal
+/// cycle; an in-process waiter's `acquire()` returning is the takeover.
+pub async fn failover(env: &Env, locks: usize) -> anyhow::Result<Failover> {
+    let started = Instant::now();
+    let names: Vec<String> = (0..locks).map(|i| format!("f-{i}")).collect();
+    let (ns, mut op) = setup(env, "failover", &names, json!({})).await?;
+    let lease_s = 15.0;
+    let client = env.new_client().await?;
+    let mut tasks = vec![];
+    for name in names {
+        let (env_bin, kubeconfig, logs) = (env.leasehold_bin.clone(), env.kubeconfig.clone(), env.out_dir.join("logs"));
+        let (client, ns) = (client.clone(), ns.clone());
+        tasks.push(tokio::spawn(async move {
+            let log = std::fs::File::create(logs.join(format!("failover-{name}.log")))?;
+            let mut child = Command::new(&env_bin)
+                .args([
+                    "lock",
+                    &name,
+                    "--namespace",
+                    &ns,
+                    "--identity",
+                    &format!("holder-{name}"),
+                    "--",
+                    "sleep",
+                    "3600",
+                ])
+                .env("KUBECONFIG", &kubeconfig)
+                .stdout(log.try_clone()?)
+                .stderr(log)
+                .stdin(Stdio::null())
+                .process_group(0)
+                .spawn()?;
+            let leases: Api<Lease> = Api::namespaced(client.clone(), &ns);
+            let t = Instant::now();
+            loop {
+                let l = leases.get(&name).await?;
+                if l.spec.as_ref().and_then(|s| s.holder_identity.as_deref()) == Some(&format!("holder-{name}")) {
+                    break;
+                }
+                if t.elapsed() > WAIT {
+                    bail!("holder of {name} never held it");
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            let waiter = Holder::new(client.clone(), &ns, &name, &format!("waiter-{name}"));
+            let w = tokio::spawn(async move {
+                let r = waiter.acquire(Some(Duration::from_secs(120))).await;
+                (Instant::now(), SystemTime::now(), r)
+            });
+            let locks_api: Api<DistributedLock> = Api::namespaced(client.clone(), &ns);
+            wait_status(&locks_api, &name, 1, None).await?;
+            tokio::time::sleep(random_below(Duration::from_secs(2))).await;
+            let t_kill = Instant::now();
+            let pgid = nix::unistd::Pid::from_raw(child.id() as i32);
+            nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL)?;
+            let _ = child.wait();
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let last_renew = renew_time(&leases.get(&name).await?);
+            let (t1, wall1, r) = w.await?;
+            let guard = r?;
+            let _ = guard.release().await;
+            let from_renew = last_renew.and_then(|r| wall1.duration_since(r).ok()).map(ms);
+            Ok::<_, anyhow::Error>((ms(t1.duration_since(t_kill)), from_renew))
+        }));
+    }
+    let (mut from_kill, mut from_renew, mut errors) = (vec![], vec![], 0);
+    for t in tasks {
+        match t.await {
+            Ok(Ok((k, r))) => {
+                from_kill.push(k);
+                if let Some(r) = r {
+                    from_renew.push(r);
+                }
+            }
+            Ok(Err(e)) => {
+                eprintln!("[bench] failover sample failed: {e:#}");
+                errors += 1;
+            }
+            Err(_) => errors += 1,
+        }
+    }
+    op.kill();
+    env.finished(&ns);
+    Ok(Failover::new(
+        format!(
+            "{locks} locks at once, leaseDurationSeconds 15; holder = `leasehold lock` CLI (renews every 2 s), SIGKILL to its process group at a random point of the renewal cycle; waiter = Holder::acquire() in the bench"
+        ),
+        lease_s,
+        from_kill,
+        from_renew,
+        errors,
+        started.elapsed().as_secs_f64(),
+    ))
+}
+
+/// Traffic of `delta` per `events`.
+pub fn traffic(delta: &ApiCounts, resources: &[&str], events: f64) -> Traffic {
+    let e = events.max(1.0);
+    Traffic {
+        requests_per: delta.requests(resources) / e,
+        writes_per: delta.writes(resources) / e,
+        conflicts_per: delta.conflicts(resources) / e,
+        breakdown_per: delta.breakdown(resources).into_iter().map(|(k, v)| (k, v / e)).collect(),
+    }
+}
+
+/// Scenario 4: `locks` locks, two clients per lock, each looping acquire -> release.
+pub async fn throughput(env: &Env, locks: usize, warmup: Duration, window: Duration) -> anyhow::Result<Throughput> {
+    let setup_t = Instant::now();
+    let names: Vec<String> = (0..locks).map(|i| format!("t-{i}")).collect();
+    let (ns, mut op) = setup(env, "throughput", &names, json!({})).await?;
+    let setup_s = setup_t.elapsed().as_secs_f64();
+    let clients = [env.new_client().await?, env.new_client().await?];
+    let stop = Arc::new(AtomicBool::new(false));
+    let grants = Arc::new(AtomicU64::new(0));
+    let errors = Arc::new(AtomicU64::new(0));
+    let mut tasks = vec![];
+    for name in &names {
+        for (i, client) in clients.iter().enumerate() {
+            let h = Holder::new(client.clone(), &ns, name, &format!("client-{i}"));
+            let (stop, grants, errors) = (stop.clone(), grants.clone(), errors.clone());
+            tasks.push(tokio::spawn(async move {
+                while !stop.load(Ordering::Relaxed) {
+                    match h.acquire(Some(WAIT)).await {
+                        Ok(g) => {
+                            grants.fetch_add(1, Ordering::Relaxed);
+                            if g.release().await.is_err() {
+                                errors.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                        Err(_) => {
+                            errors.fetch_add(1, Ordering::Relaxed);
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                        }
+                    }
+                }
+            }));
+        }
+    }
+    tokio::time::sleep(warmup).await;
+    let (m0, g0, og0, cpu0, t0) = (
+        env.api_counts().await?,
+        grants.load(Ordering::Relaxed),
+        op.metric("leasehold_grants_total").await,
+        op.cpu_seconds(),
+        Instant::now(),
+    );
+    tokio::time::sleep(window).await;
+    let (m1, g1, og1, cpu1) = (
+        env.api_counts().await?,
+        grants.load(Ordering::Relaxed),
+        op.metric("leasehold_grants_total").await,
+        op.cpu_seconds(),
+    );
+    let window_s = t0.elapsed().as_secs_f64();
+    stop.store(true, Ordering::Relaxed);
+    for t in &tasks {
+        t.abort();
+    }
+    op.kill();
+    env.finished(&ns);
+    let g = g1 - g0;
+    Ok(Throughput {
+        locks,
+        clients_per_lock: 2,
+        window_s,
+        grants: g,
+        grants_per_s: g as f64 / window_s,
+        operator_grants: og1 - og0,
+        traffic: traffic(&env.net(&m0, &m1, window_s), &OUR_RESOURCES, g as f64),
+        operator_cpu_cores: cpu0.zip(cpu1).map(|(a, b)| (b - a) / window_s).unwrap_or(f64::NAN),
+        errors: errors.load(Ordering::Relaxed),
+        setup_s,
+    })
+}
+
+/// Handover samples and overlaps from (acquired, released) intervals (any order).
+pub fn handovers_of(mut grants: Vec<(Instant, Instant)>) -> (Vec<f64>, u64) {
+    grants.sort();
+    let mut samples = vec![];
+    let mut overlaps = 0;
+    for i in 1..grants.len() {
+        let acq = grants[i].0;
+        if let Some(r) = grants[..i].iter().map(|(_, r)| *r).filter(|r| *r <= acq).max() {
+            samples.push(ms(acq.duration_since(r)));
+        }
+        if grants[..i].iter().any(|(a, r)| *a <= acq && *r > acq) {
+            overlaps += 1;
+        }
+    }
+    (samples, overlaps)
+}
+
+/// Scenario 5: `waiters` holders queue on one held lock; each takes it once, holds `hold`,
+/// releases. API traffic is counted from just before the waiters join until the last release.
+pub async fn herd(env: &Env, waiters: usize, hold: Duration) -> anyhow::Result<Herd> {
+    let (ns, mut op) = setup(env, "herd", &["herd".into()], json!({})).await?;
+    let locks: Api<DistributedLock> = Api::namespaced(env.client.clone(), &ns);
+    let first = Holder::new(env.new_client().await?, &ns, "herd", "first");
+    let first_guard = first.acquire(Some(WAIT)).await?;
+    let first_at = Instant::now();
+    let client = env.new_client().await?;
+    let m0 = env.api_counts().await?;
+    let started = Instant::now();
+    let grants: Arc<Mutex<Vec<(Instant, Instant)>>> = Arc::default();
+    let errors = Arc::new(AtomicU64::new(0));
+    let mut tasks = vec![];
+    for i in 0..waiters {
+        let h = Holder::new(client.clone(), &ns, "herd", &format!("waiter-{i}"));
+        let (grants, errors) = (grants.clone(), errors.clone());
+        tasks.push(tokio::spawn(async move {
+            match h.acquire(Some(Duration::from_secs(600))).await {
+                Ok(g) => {
+                    let t = Instant::now();
+                    tokio::time::sleep(hold).await;
+                    let r = Instant::now();
+                    if g.release().await.is_err() {
+                        errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                    grants.lock().unwrap_or_else(|e| e.into_inner()).push((t, r));
+                }
+                Err(_) => {
+                    errors.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }));
+    }
+    wait_status(&locks, "herd", waiters as i32, Some(first_guard.token())).await?;
+    let first_release = Instant::now();
+    first_guard.release().await?;
+    for t in tasks {
+        let _ = tokio::time::timeout(Duration::from_secs(600), t).await;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let m1 = env.api_counts().await?;
+    op.kill();
+    env.finished(&ns);
+    let mut g = grants.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    g.push((first_at, first_release));
+    let handovers = g.len() - 1;
+    let (samples, overlaps) = handovers_of(g);
+    Ok(Herd {
+        waiters,
+        handovers,
+        elapsed_s: elapsed,
+        traffic: traffic(&env.net(&m0, &m1, elapsed), &OUR_RESOURCES, handovers as f64),
+        overlaps,
+        handover: summarize(&samples),
+        errors: errors.load(Ordering::Relaxed),
+        method: format!(
+            "{waiters} Holder::acquire() calls (one client) queue behind a holder; each holds {} ms, releases; until all had it",
+            hold.as_millis()
+        ),
+    })
+}
+
+/// Every change (watch event after the initial list) to the leasehold objects of a namespace:
+/// locks, claims, Leases, Events. Exact, unlike the API server's counters, which cannot tell
+/// namespaces apart.
+struct Changes {
+    log: Arc<Mutex<Vec<(Instant, &'static str)>>>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Changes {
+    async fn start(client: &kube::Client, ns: &str) -> anyhow::Result<Changes> {
+        let log: Arc<Mutex<Vec<(Instant, &'static str)>>> = Arc::default();
+        let synced = Arc::new(AtomicU64::new(0));
+        let tasks = vec![
+            count_changes(Api::<DistributedLock>::namespaced(client.clone(), ns), "distributedlocks", &log, &synced),
+            count_changes(
+                Api::<DistributedLockClaim>::namespaced(client.clone(), ns),
+                "distributedlockclaims",
+                &log,
+                &synced,
+            ),
+            count_changes(Api::<Lease>::namespaced(client.clone(), ns), "leases", &log, &synced),
+            count_changes(
+                Api::<k8s_openapi::api::core::v1::Event>::namespaced(client.clone(), ns),
+                "events",
+                &log,
+                &synced,
+            ),
+        ];
+        let t = Instant::now();
+        while synced.load(Ordering::Relaxed) < 4 {
+            if t.elapsed() > WAIT {
+                bail!("change watches did not sync");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Ok(Changes { log, tasks })
+    }
+
+    /// Changes in [from, to), by kind.
+    fn between(&self, from: Instant, to: Instant) -> Vec<(String, f64)> {
+        let mut m: std::collections::BTreeMap<&str, f64> = Default::default();
+        for (t, k) in self.log.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+            if *t >= from && *t < to {
+                *m.entry(k).or_insert(0.0) += 1.0;
+            }
+        }
+        m.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
+    }
+}
+
+impl Drop for Changes {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+fn count_changes<K>(
+    api: Api<K>,
+    kind: &'static str,
+    log: &Arc<Mutex<Vec<(Instant, &'static str)>>>,
+    synced: &Arc<AtomicU64>,
+) -> tokio::task::JoinHandle<()>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    let (log, synced) = (log.clone(), synced.clone());
+    tokio::spawn(watcher(api, watcher::Config::default()).for_each(move |ev| {
+        match ev {
+            Ok(watcher::Event::InitDone) => {
+                synced.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_)) => {
+                log.lock().unwrap_or_else(|e| e.into_inner()).push((Instant::now(), kind));
+            }
+            _ => {}
+        }
+        futures::future::ready(())
+    }))
+}
+
+fn total(v: &[(String, f64)]) -> f64 {
+    v.iter().map(|(_, n)| n).sum()
+}
+
+/// Scenario 6, first part: `n` locks created and taken into service by an operator (each gets
+/// its Lease and status), then that operator is stopped. Long (the API server's write rate
+/// bounds it), so `make bench` overlaps it with the Lease crates' timer-bound scenarios.
+pub struct ScaleSetup {
+    ns: String,
+    n: usize,
+    create_s: f64,
+    cold_s: f64,
+    cold: ApiCounts,
+}
+
+/// See [`ScaleSetup`].
+pub async fn scale_setup(env: &Env, n: usize) -> anyhow::Result<ScaleSetup> {
+    let ns = env.namespace("scale").await?;
+    let names: Vec<String> = (0..n).map(|i| format!("s-{i:05}")).collect();
+    let t = Instant::now();
+    env.create_locks(&ns, &names, json!({}), 64).await?;
+    let create_s = t.elapsed().as_secs_f64();
+    eprintln!("[bench] scale: created {n} locks in {create_s:.1} s");
+    let m0 = env.api_counts().await?;
+    let t = Instant::now();
+    let mut op = env.start_operator(&ns, "scale-cold")?;
+    op.wait_ready(t, Duration::from_secs(300)).await?;
+    env.wait_leases(&ns, n, Duration::from_secs(1200)).await?;
+    // Until the last status writes have landed.
+    let settled = wait_settled(env, &["distributedlocks"], Duration::from_secs(300)).await?;
+    let cold_s = settled.duration_since(t).as_secs_f64();
+    let cold = env.net(&m0, &env.api_counts().await?, t.elapsed().as_secs_f64());
+    eprintln!("[bench] scale: cold take-into-service {cold_s:.1} s");
+    op.kill();
+    Ok(ScaleSetup { ns, n, create_s, cold_s, cold })
+}
+
+/// Scenario 6, second part: with every lock in service and no operator, a window without any
+/// operator (must show 0 changes), then an operator restart: time to /readyz, memory, changes
+/// in the first 15 s and in an idle window of `idle`.
+pub async fn scale(env: &Env, setup: ScaleSetup, idle: Duration) -> anyhow::Result<Scale> {
+    let ScaleSetup { ns, n, create_s, cold_s, cold } = setup;
+    let leasehold_resources = ["distributedlocks", "distributedlockclaims", "leases", "events"];
+    // Exact change counts from here on; first a window without any operator (must be 0).
+    let changes = Changes::start(&env.new_client().await?, &ns).await?;
+    let baseline_window = Duration::from_secs(10);
+    let b0 = Instant::now();
+    tokio::time::sleep(baseline_window).await;
+    let baseline = total(&changes.between(b0, Instant::now())) / baseline_window.as_secs_f64();
+
+    // Restart with everything in service.
+    let t = Instant::now();
+    let mut op = env.start_operator(&ns, "scale")?;
+    let ready = op.wait_ready(t, Duration::from_secs(300)).await?;
+    let rss_ready = op.memory_kib().map(|m| m.0).unwrap_or(0);
+    let restart_window = Duration::from_secs(15);
+    tokio::time::sleep(restart_window.saturating_sub(t.elapsed())).await;
+    let i0 = Instant::now();
+    let restart = changes.between(t, i0);
+    let (cpu0, a0) = (op.cpu_seconds(), env.api_counts().await?);
+    tokio::time::sleep(idle).await;
+    let i1 = Instant::now();
+    let (cpu1, a1) = (op.cpu_seconds(), env.api_counts().await?);
+    let idle_changes = changes.between(i0, i1);
+    let (rss, hwm) = op.memory_kib().unwrap_or((0, 0));
+    op.kill();
+    drop(changes);
+    env.finished(&ns);
+    let per_s = i1.duration_since(i0).as_secs_f64();
+    let idle_api = env.net(&a0, &a1, per_s);
+    let mut idle_breakdown: Vec<(String, f64)> =
+        idle_changes.iter().map(|(k, v)| (format!("{k} changed (watch)"), v / per_s)).collect();
+    idle_breakdown.extend(
+        idle_api
+            .breakdown(&leasehold_resources)
+            .into_iter()
+            .map(|(k, v)| (format!("{k} (API server, net of background)"), v / per_s)),
+    );
+    Ok(Scale {
+        locks: n,
+        create_s,
+        cold_take_into_service_s: cold_s,
+        cold_writes_per_lock: cold.writes(&leasehold_resources) / n as f64,
+        ready_s: ready.as_secs_f64(),
+        rss_ready_mib: rss_ready as f64 / 1024.0,
+        rss_settled_mib: rss as f64 / 1024.0,
+        rss_peak_mib: hwm as f64 / 1024.0,
+        restart_writes: total(&restart),
+        restart_window_s: restart_window.as_secs_f64(),
+        idle_writes_per_s: total(&idle_changes) / per_s,
+        baseline_writes_per_s: baseline,
+        idle_window_s: per_s,
+        idle_breakdown,
+        cold_breakdown: cold.breakdown(&leasehold_resources).into_iter().map(|(k, v)| (k, v / n as f64)).collect(),
+        idle_cpu_s: cpu0.zip(cpu1).map(|(a, b)| b - a).unwrap_or(f64::NAN),
+    })
+}
+
+/// Waits until 2 s pass without writes to `resources` (the operator has caught up); returns
+/// when the last busy 2 s window ended.
+async fn wait_settled(env: &Env, resources: &[&str], timeout: Duration) -> anyhow::Result<Instant> {
+    let t = Instant::now();
+    let mut last = env.api_counts().await?;
+    let mut last_busy = Instant::now();
+    loop {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let now = env.api_counts().await?;
+        if now.since(&last).writes(resources) == 0.0 || t.elapsed() > timeout {
+            return Ok(last_busy);
+        }
+        last_busy = Instant::now();
+        last = now;
+    }
+}

@@ -1,0 +1,215 @@
+//! What the scenarios measured, as written to `target/bench/results.json`.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::stats::{Summary, summarize};
+
+/// Library names used as keys.
+pub const OURS: &str = "leasehold";
+/// kube-lease-manager.
+pub const KLM: &str = "kube-lease-manager";
+/// kube-leader-election.
+pub const KLE: &str = "kube-leader-election";
+
+/// Latency samples of one library in one scenario.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Latency {
+    /// How it was measured.
+    pub method: String,
+    /// Summary of `samples_ms`.
+    pub summary: Summary,
+    /// Every sample, milliseconds.
+    pub samples_ms: Vec<f64>,
+    /// Failed attempts (API errors, timeouts).
+    pub errors: u64,
+    /// Wall time of the scenario, seconds.
+    pub elapsed_s: f64,
+    /// Where the time goes, phase by phase (as seen by the bench's own watches), if measured.
+    pub phases: Vec<(String, Summary)>,
+}
+
+impl Latency {
+    /// From samples.
+    pub fn new(method: impl Into<String>, samples_ms: Vec<f64>, errors: u64, elapsed_s: f64) -> Self {
+        Latency {
+            method: method.into(),
+            summary: summarize(&samples_ms),
+            samples_ms,
+            errors,
+            elapsed_s,
+            phases: vec![],
+        }
+    }
+}
+
+/// Crash failover of one library.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Failover {
+    /// How it was measured.
+    pub method: String,
+    /// The configured lease duration, seconds.
+    pub lease_duration_s: f64,
+    /// Time from SIGKILL to the next holder's grant, minus the lease duration (ms).
+    pub from_kill_minus_lease: Summary,
+    /// Time from the dead holder's last renewal (Lease `renewTime`) to the next grant, minus the
+    /// lease duration (ms): how long after expiry the takeover came.
+    pub from_renewal_minus_lease: Summary,
+    /// Raw samples: time from the kill (ms).
+    pub from_kill_ms: Vec<f64>,
+    /// Raw samples: time from the last renewal (ms).
+    pub from_last_renewal_ms: Vec<f64>,
+    /// Failed samples.
+    pub errors: u64,
+    /// Wall time, seconds.
+    pub elapsed_s: f64,
+}
+
+impl Failover {
+    /// From raw samples.
+    pub fn new(
+        method: impl Into<String>,
+        lease_s: f64,
+        from_kill: Vec<f64>,
+        from_renew: Vec<f64>,
+        errors: u64,
+        elapsed_s: f64,
+    ) -> Self {
+        let minus = |v: &[f64]| summarize(&v.iter().map(|x| x - lease_s * 1e3).collect::<Vec<_>>());
+        Failover {
+            method: method.into(),
+            lease_duration_s: lease_s,
+            from_kill_minus_lease: minus(&from_kill),
+            from_renewal_minus_lease: minus(&from_renew),
+            from_kill_ms: from_kill,
+            from_last_renewal_ms: from_renew,
+            errors,
+            elapsed_s,
+        }
+    }
+}
+
+/// API traffic of a window, normalised per event (grant or handover).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Traffic {
+    /// Requests (all verbs but WATCH) per event, on the library's resources.
+    pub requests_per: f64,
+    /// Writes per event.
+    pub writes_per: f64,
+    /// HTTP 409 answers per event.
+    pub conflicts_per: f64,
+    /// "resource VERB [code]" -> count per event, biggest first.
+    pub breakdown_per: Vec<(String, f64)>,
+}
+
+/// Scenario 4.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Throughput {
+    /// Locks.
+    pub locks: usize,
+    /// Clients per lock.
+    pub clients_per_lock: usize,
+    /// Measured window, seconds (after warm-up).
+    pub window_s: f64,
+    /// Grants in the window (acquire() calls that returned a guard).
+    pub grants: u64,
+    /// Grants per second.
+    pub grants_per_s: f64,
+    /// The operator's own `leasehold_grants_total` in the window.
+    pub operator_grants: f64,
+    /// API traffic per grant.
+    pub traffic: Traffic,
+    /// Operator CPU seconds per second of the window.
+    pub operator_cpu_cores: f64,
+    /// Acquire errors (timeouts, API errors) in the whole run.
+    pub errors: u64,
+    /// Time to create the locks and for the operator to create their Leases, seconds.
+    pub setup_s: f64,
+}
+
+/// Scenario 5, per library.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Herd {
+    /// Waiters.
+    pub waiters: usize,
+    /// Handovers observed.
+    pub handovers: usize,
+    /// Wall time of the measured window, seconds.
+    pub elapsed_s: f64,
+    /// API traffic per handover (whole window, including the waiters joining).
+    pub traffic: Traffic,
+    /// Grants made while another grant was still held (two holders at once).
+    pub overlaps: u64,
+    /// Time from a release to the next grant.
+    pub handover: Summary,
+    /// Errors.
+    pub errors: u64,
+    /// Bounds and notes.
+    pub method: String,
+}
+
+/// Scenario 6.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Scale {
+    /// Locks.
+    pub locks: usize,
+    /// Creating the locks (by the bench, 64 at a time), seconds.
+    pub create_s: f64,
+    /// Cold start: operator start to every lock having its Lease, seconds.
+    pub cold_take_into_service_s: f64,
+    /// Writes of the cold start, per lock.
+    pub cold_writes_per_lock: f64,
+    /// Restart with every lock in service: start to /readyz 200, seconds.
+    pub ready_s: f64,
+    /// RSS at /readyz, MiB.
+    pub rss_ready_mib: f64,
+    /// RSS after the restart wave and the idle window, MiB.
+    pub rss_settled_mib: f64,
+    /// Peak RSS (VmHWM) after the restart, MiB.
+    pub rss_peak_mib: f64,
+    /// Changes to the namespace's leasehold objects (locks, claims, Leases, Events; counted by
+    /// watch) during the first `restart_window_s` after the restart.
+    pub restart_writes: f64,
+    /// Length of that window.
+    pub restart_window_s: f64,
+    /// Changes per second to those objects in the idle window (operator running).
+    pub idle_writes_per_s: f64,
+    /// Same, operator stopped (should be 0: nothing else writes them).
+    pub baseline_writes_per_s: f64,
+    /// Length of the idle window.
+    pub idle_window_s: f64,
+    /// Idle window breakdown (per second).
+    pub idle_breakdown: Vec<(String, f64)>,
+    /// Cold start breakdown (per lock).
+    pub cold_breakdown: Vec<(String, f64)>,
+    /// Operator CPU seconds during the idle window.
+    pub idle_cpu_s: f64,
+}
+
+/// Everything.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Results {
+    /// When (UTC).
+    pub date: String,
+    /// The machine.
+    pub machine: BTreeMap<String, String>,
+    /// Scenario sizes used.
+    pub config: BTreeMap<String, String>,
+    /// Scenario 1, by library.
+    pub handover: BTreeMap<String, Latency>,
+    /// Scenario 2.
+    pub pod_handover: Option<Latency>,
+    /// Scenario 3, by library.
+    pub failover: BTreeMap<String, Failover>,
+    /// Scenario 4.
+    pub throughput: Option<Throughput>,
+    /// Scenario 5, by library.
+    pub herd: BTreeMap<String, Herd>,
+    /// Scenario 6.
+    pub scale: Option<Scale>,
+    /// Wall time per scenario, seconds.
+    pub wall_s: BTreeMap<String, f64>,
+    /// What failed or could not be run.
+    pub problems: Vec<String>,
+}
