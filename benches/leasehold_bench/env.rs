@@ -210,6 +210,50 @@ impl Env {
         results.into_iter().collect()
     }
 
+    /// How many Leases exist in `ns` (the scenario namespaces hold only the operator's): one LIST
+    /// with limit=1 and its `remainingItemCount`, which the API server leaves out when the
+    /// LIST has a label selector.
+    pub async fn count_leases(&self, ns: &str) -> anyhow::Result<usize> {
+        let api: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(self.client.clone(), ns);
+        let lp = kube::api::ListParams::default().limit(1);
+        let l = api.list_metadata(&lp).await?;
+        Ok(l.items.len() + l.metadata.remaining_item_count.unwrap_or(0).max(0) as usize)
+    }
+
+    /// Creates the locks `batch` at a time, each batch after the operator has given the previous
+    /// one its Leases (Leasehold's operator reconciles every pending lock at once, without a
+    /// concurrency bound: thousands of new locks at once make its API calls time out and retry,
+    /// see the README's Performance section). Stops early when `budget` is spent; returns how
+    /// many locks are in service.
+    pub async fn create_locks_paced(
+        &self,
+        ns: &str,
+        names: &[String],
+        batch: usize,
+        budget: Duration,
+    ) -> anyhow::Result<usize> {
+        let t = Instant::now();
+        let mut done = 0;
+        for chunk in names.chunks(batch.max(1)) {
+            if t.elapsed() > budget {
+                eprintln!("[bench] setup budget of {budget:?} spent after {done} locks");
+                break;
+            }
+            self.create_locks(ns, chunk, json!({}), 32).await?;
+            done += chunk.len();
+            loop {
+                if self.count_leases(ns).await.unwrap_or(0) >= done {
+                    break;
+                }
+                if t.elapsed() > budget + Duration::from_secs(120) {
+                    bail!("the operator did not take {done} locks into service in time");
+                }
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        }
+        Ok(done)
+    }
+
     /// Waits until `n` Leases labelled `leasehold.dev/lock` exist in `ns` (the operator has
     /// taken every lock into service).
     pub async fn wait_leases(&self, ns: &str, n: usize, timeout: Duration) -> anyhow::Result<Duration> {

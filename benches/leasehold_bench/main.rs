@@ -52,6 +52,8 @@ struct Config {
     kle_herd_secs: u64,
     scale_locks: usize,
     scale_idle_s: u64,
+    scale_batch: usize,
+    scale_setup_budget_s: u64,
 }
 
 impl Config {
@@ -86,6 +88,8 @@ impl Config {
             kle_herd_secs: n("KLE_HERD_SECS", 45, 20),
             scale_locks: n("SCALE_LOCKS", 10_000, 300) as usize,
             scale_idle_s: n("SCALE_IDLE_S", 30, 10),
+            scale_batch: n("SCALE_BATCH", 250, 100) as usize,
+            scale_setup_budget_s: n("SCALE_SETUP_BUDGET_S", 360, 60),
         }
     }
 
@@ -197,6 +201,14 @@ fn main() {
     }
 }
 
+/// Writes what is measured so far (a run that is stopped keeps its finished scenarios).
+fn save_partial(r: &Results) {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench");
+    if let Ok(json) = serde_json::to_string_pretty(r) {
+        let _ = std::fs::write(dir.join("results.partial.json"), json);
+    }
+}
+
 /// Runs one scenario step, recording its wall time and any failure.
 async fn step<T>(r: &mut Results, name: &str, fut: impl std::future::Future<Output = anyhow::Result<T>>) -> Option<T> {
     eprintln!("[bench] ---- {name} (load {})", loadavg());
@@ -204,6 +216,7 @@ async fn step<T>(r: &mut Results, name: &str, fut: impl std::future::Future<Outp
     let out = fut.await;
     let secs = t.elapsed().as_secs_f64();
     r.wall_s.insert(name.to_string(), secs);
+    save_partial(r);
     match out {
         Ok(v) => {
             eprintln!("[bench] {name}: done in {secs:.1} s");
@@ -319,7 +332,8 @@ async fn run() -> anyhow::Result<()> {
     let setup = async {
         if selected("scale") && lib_selected(OURS) {
             let t = Instant::now();
-            Some((ours::scale_setup(&env, cfg.scale_locks).await, t.elapsed().as_secs_f64()))
+            let budget = Duration::from_secs(cfg.scale_setup_budget_s);
+            Some((ours::scale_setup(&env, cfg.scale_locks, cfg.scale_batch, budget).await, t.elapsed().as_secs_f64()))
         } else {
             None
         }

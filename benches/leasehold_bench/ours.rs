@@ -55,8 +55,12 @@ async fn setup(
     let ns = env.namespace(tag).await?;
     let op = env.start_operator(&ns, tag)?;
     op.wait_ready(Instant::now(), Duration::from_secs(60)).await?;
-    env.create_locks(&ns, locks, spec, 32).await?;
-    env.wait_leases(&ns, locks.len(), Duration::from_secs(600)).await?;
+    if locks.len() > 50 {
+        env.create_locks_paced(&ns, locks, 250, Duration::from_secs(600)).await?;
+    } else {
+        env.create_locks(&ns, locks, spec, 32).await?;
+        env.wait_leases(&ns, locks.len(), Duration::from_secs(600)).await?;
+    }
     Ok((ns, op))
 }
 
@@ -637,25 +641,21 @@ pub struct ScaleSetup {
 }
 
 /// See [`ScaleSetup`].
-pub async fn scale_setup(env: &Env, n: usize) -> anyhow::Result<ScaleSetup> {
+pub async fn scale_setup(env: &Env, n: usize, batch: usize, budget: Duration) -> anyhow::Result<ScaleSetup> {
     let ns = env.namespace("scale").await?;
     let names: Vec<String> = (0..n).map(|i| format!("s-{i:05}")).collect();
-    let t = Instant::now();
-    env.create_locks(&ns, &names, json!({}), 64).await?;
-    let create_s = t.elapsed().as_secs_f64();
-    eprintln!("[bench] scale: created {n} locks in {create_s:.1} s");
     let m0 = env.api_counts().await?;
     let t = Instant::now();
     let mut op = env.start_operator(&ns, "scale-cold")?;
     op.wait_ready(t, Duration::from_secs(300)).await?;
-    env.wait_leases(&ns, n, Duration::from_secs(1200)).await?;
+    let n = env.create_locks_paced(&ns, &names, batch, budget).await?;
     // Until the last status writes have landed.
     let settled = wait_settled(env, &["distributedlocks"], Duration::from_secs(300)).await?;
     let cold_s = settled.duration_since(t).as_secs_f64();
     let cold = env.net(&m0, &env.api_counts().await?, t.elapsed().as_secs_f64());
-    eprintln!("[bench] scale: cold take-into-service {cold_s:.1} s");
+    eprintln!("[bench] scale: {n} locks created and taken into service ({batch} at a time) in {cold_s:.1} s");
     op.kill();
-    Ok(ScaleSetup { ns, n, create_s, cold_s, cold })
+    Ok(ScaleSetup { ns, n, create_s: cold_s, cold_s, cold })
 }
 
 /// Scenario 6, second part: with every lock in service and no operator, a window without any

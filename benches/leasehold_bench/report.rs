@@ -7,6 +7,11 @@ use std::path::Path;
 use crate::results::{Failover, KLE, KLM, Latency, OURS, Results};
 use crate::stats::Summary;
 
+/// Turns -0.0 into 0.0 for printing.
+fn z(v: f64) -> f64 {
+    v + 0.0
+}
+
 fn fmt_ms(v: f64) -> String {
     if !v.is_finite() {
         "–".into()
@@ -171,9 +176,9 @@ pub fn markdown(r: &Results) -> String {
         let _ = writeln!(
             o,
             "| 4 | | API requests / writes / 409s per grant | {:.1} / {:.1} / {:.2} | | | ≤ 2 writes per grant | {} |",
-            t.traffic.requests_per,
-            t.traffic.writes_per,
-            t.traffic.conflicts_per,
+            z(t.traffic.requests_per),
+            z(t.traffic.writes_per),
+            z(t.traffic.conflicts_per),
             verdict(t.traffic.writes_per, 2.0, " writes")
         );
     }
@@ -182,7 +187,12 @@ pub fn markdown(r: &Results) -> String {
     if !hd.is_empty() {
         let herd_cell = |k: &str| {
             cell(hd, k, |x| {
-                format!("{:.1} / {:.2} ({} handovers)", x.traffic.requests_per, x.traffic.conflicts_per, x.handovers)
+                format!(
+                    "{:.1} / {:.2} ({} handovers)",
+                    z(x.traffic.requests_per),
+                    z(x.traffic.conflicts_per),
+                    x.handovers
+                )
             })
         };
         let herd_n = hd.values().next().map_or(0, |x| x.waiters);
@@ -229,8 +239,8 @@ pub fn markdown(r: &Results) -> String {
             o,
             "| 6 | | writes/s while idle ({:.0} s window; changes to the namespace's locks, claims, Leases, Events, by watch) | {:.2} (operator stopped: {:.2}) | | | 0 | {} |",
             s.idle_window_s,
-            s.idle_writes_per_s,
-            s.baseline_writes_per_s,
+            z(s.idle_writes_per_s),
+            z(s.baseline_writes_per_s),
             if s.idle_writes_per_s == 0.0 {
                 "met".to_string()
             } else {
@@ -239,8 +249,12 @@ pub fn markdown(r: &Results) -> String {
         );
         let _ = writeln!(
             o,
-            "| 6 | | writes in the first {:.0} s after the restart; cold start: take {} new locks into service | {:.0}; {:.1} s, {:.1} writes per lock | | | | |",
-            s.restart_window_s, s.locks, s.restart_writes, s.cold_take_into_service_s, s.cold_writes_per_lock
+            "| 6 | | writes in the first {:.0} s after the restart; setup: create {} locks in batches, each batch after the operator gave the previous one its Leases | {:.0}; {:.1} s, {:.1} writes per lock | | | | |",
+            s.restart_window_s,
+            s.locks,
+            z(s.restart_writes),
+            s.cold_take_into_service_s,
+            s.cold_writes_per_lock
         );
     }
     let _ = writeln!(o);
@@ -328,9 +342,12 @@ pub fn plot(r: &Results, path: &Path) -> anyhow::Result<()> {
         series.push(("pod handover, leasehold".into(), p.samples_ms.clone(), colors[3]));
     }
     series.retain(|s| !s.1.is_empty());
+    if series.is_empty() {
+        anyhow::bail!("no handover samples to plot");
+    }
     let all: Vec<f64> = series.iter().flat_map(|s| s.1.iter().copied()).filter(|v| *v > 0.0).collect();
     let lo = all.iter().copied().fold(f64::INFINITY, f64::min).max(0.1) / 1.5;
-    let hi = all.iter().copied().fold(0.0, f64::max).max(1.0) * 1.5;
+    let hi = (all.iter().copied().fold(0.0, f64::max) * 1.5).max(lo * 10.0);
     let root = BitMapBackend::new(path, (1000, 600)).into_drawing_area();
     root.fill(&WHITE)?;
     let mut chart = ChartBuilder::on(&root)

@@ -154,9 +154,9 @@ pub struct Herd {
 pub struct Scale {
     /// Locks.
     pub locks: usize,
-    /// Creating the locks (by the bench, 64 at a time), seconds.
+    /// Creating the locks and having them taken into service (paced batches), seconds.
     pub create_s: f64,
-    /// Cold start: operator start to every lock having its Lease, seconds.
+    /// Same (kept for the JSON's readers): operator start to every lock in service, seconds.
     pub cold_take_into_service_s: f64,
     /// Writes of the cold start, per lock.
     pub cold_writes_per_lock: f64,
