@@ -64,11 +64,7 @@ async fn signals_are_forwarded_to_the_command() {
     ns.start_operator(&[]);
     let script = "trap 'echo got-term; exit 42' TERM; echo ready; while true; do sleep 0.1; done";
     let mut p = ns.lock_process("trap", &["l", "--", "sh", "-c", script]);
-    wait_until("command started", WAIT, || {
-        let ready = p.output().contains("ready");
-        async move { ready }
-    })
-    .await;
+    p.wait_output("command started", "ready").await;
     p.signal("TERM");
     assert_eq!(p.wait_exit().await, 42, "log:\n{}", p.output());
     assert!(p.output().contains("got-term"));
@@ -96,11 +92,7 @@ async fn hot_standby_takes_over_after_the_holder_is_killed_with_a_higher_token()
     let takeover = killed.elapsed();
     // Lease duration (3 s) plus one retry period (0.4 s) plus watch and scheduling slack.
     assert!(takeover < Duration::from_secs(6), "takeover took {takeover:?}");
-    wait_until("b's command started", WAIT, || {
-        let out = b.output();
-        async move { out.contains("b=") }
-    })
-    .await;
+    b.wait_output("b's command started", "b=").await;
     let token = |out: &str, who: &str| -> i64 {
         out.lines().find_map(|l| l.strip_prefix(&format!("{who}="))).and_then(|t| t.trim().parse().ok()).unwrap()
     };
@@ -175,22 +167,14 @@ async fn paused_holder_loses_the_lock_and_its_late_write_is_rejected_by_the_fenc
         ns = ns.ns
     );
     let mut a = ns.lock_process("a", &["l", "--identity", "a", "--kill-grace", "2s", "--", "sh", "-c", &write]);
-    wait_until("a wrote", WAIT, || {
-        let out = a.output();
-        async move { out.contains("wrote=") }
-    })
-    .await;
+    a.wait_output("a wrote", "wrote=").await;
     let a_token: i64 = a.output().lines().find_map(|l| l.strip_prefix("wrote=")).unwrap().trim().parse().unwrap();
 
     // A is paused (SIGSTOP: GC pause, partition) past its lease; B is granted A's token + 1 and writes.
     let mut b = ns.lock_process("b", &["l", "--identity", "b", "--", "sh", "-c", &write]);
     a.signal_group("STOP");
     wait_holder(&ns, "l", "b").await;
-    wait_until("b wrote", WAIT, || {
-        let out = b.output();
-        async move { out.contains("wrote=") }
-    })
-    .await;
+    b.wait_output("b wrote", "wrote=").await;
     let cms: Api<ConfigMap> = ns.api();
     let stored = cms.get("report").await.unwrap();
     let b_token: i64 = stored.metadata.annotations.as_ref().unwrap()["leasehold.dev/fencing-token"].parse().unwrap();
@@ -237,22 +221,14 @@ async fn paused_holder_is_fenced_off_by_postgres() {
         port = postgres_port()
     );
     let mut a = ns.lock_process("pga", &["l", "--identity", "a", "--kill-grace", "2s", "--", "sh", "-c", &write]);
-    wait_until("a wrote", WAIT, || {
-        let out = a.output();
-        async move { out.contains("wrote=") }
-    })
-    .await;
+    a.wait_output("a wrote", "wrote=").await;
     assert!(a.output().contains("UPDATE 1"), "{}", a.output());
     let a_token: i64 = a.output().lines().find_map(|l| l.strip_prefix("wrote=")).unwrap().trim().parse().unwrap();
 
     let b = ns.lock_process("pgb", &["l", "--identity", "b", "--", "sh", "-c", &write]);
     a.signal_group("STOP");
     wait_holder(&ns, "l", "b").await;
-    wait_until("b wrote", WAIT, || {
-        let out = b.output();
-        async move { out.contains("wrote=") }
-    })
-    .await;
+    b.wait_output("b wrote", "wrote=").await;
     a.signal_group("CONT");
     // A's late write, with its old token, updates nothing.
     let token = a_token.to_string();

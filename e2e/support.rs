@@ -424,6 +424,15 @@ impl LockProcess {
         }
     }
 
+    /// Waits (at most `WAIT`) until its output contains `needle`.
+    pub async fn wait_output(&self, what: &str, needle: &str) {
+        wait_until(what, WAIT, || {
+            let found = self.output().contains(needle);
+            async move { found }
+        })
+        .await;
+    }
+
     /// What it printed so far.
     pub fn output(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
