@@ -268,6 +268,27 @@ impl Drop for OperatorProc {
     }
 }
 
+/// Waits until the admission policy `policy` denies `probe` (a server-side dry run: it changes
+/// nothing). The API server loads ValidatingAdmissionPolicies and their bindings through an
+/// informer, so a policy that `helm install --wait` has just created is in force only a moment
+/// later; a test that asserts a denial before then fails at random.
+pub(crate) async fn wait_in_force<T, F, Fut>(policy: &str, mut probe: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, kube::Error>>,
+{
+    wait_until(&format!("{policy} in force"), WAIT, || {
+        let request = probe();
+        async move { matches!(request.await, Err(kube::Error::Api(s)) if s.code == 403 && s.message.contains(policy)) }
+    })
+    .await;
+}
+
+/// Parameters of a server-side dry run, for [`wait_in_force`] probes.
+fn dry_run() -> PatchParams {
+    PatchParams { dry_run: true, ..PatchParams::default() }
+}
+
 /// Asserts that `r` was denied by the admission policy `policy` with a message containing `words`.
 #[track_caller]
 pub(crate) fn assert_denied<T: std::fmt::Debug>(r: Result<T, kube::Error>, policy: &str, words: &str) {
@@ -775,6 +796,8 @@ async fn only_the_operator_may_ungate_pods_or_set_fencing_tokens() {
     let mallory: Api<Pod> = Api::namespaced(client_as(&ns, "mallory", "mallory", None).await, &ns.ns);
     let operator: Api<Pod> = Api::namespaced(client_as(&ns, "operator", &release.fullname(), None).await, &ns.ns);
     ns.create_gated_pod("victim", "report", "600s").await;
+    let (dry, ungate) = (dry_run(), Patch::Strategic(ungate_patch()));
+    wait_in_force(&policy, || mallory.patch("victim", &dry, &ungate)).await;
 
     // Removing the gate: as the operator does (strategic merge), or by replacing the list.
     assert_denied(mallory.patch("victim", &pp, &Patch::Strategic(&ungate_patch())).await, &policy, "scheduling gate");
@@ -871,6 +894,10 @@ async fn only_the_operator_may_change_lease_holders_and_holders_renew_only_their
     let mallory: Api<Lease> = Api::namespaced(client_as(&ns, "mallory", "mallory", None).await, &ns.ns);
     let holder: Api<Lease> = Api::namespaced(client_as(&ns, "holder", "worker", Some("holder")).await, &ns.ns);
     let other: Api<Lease> = Api::namespaced(client_as(&ns, "other", "worker", Some("other")).await, &ns.ns);
+    let probe = json!({"metadata": {"name": "probe", "labels": {LEASE_LABEL: "probe"}}, "spec": {"holderIdentity": "x"}});
+    let probe: Lease = serde_json::from_value(probe).unwrap();
+    let dry_create = PostParams { dry_run: true, ..PostParams::default() };
+    wait_in_force(&policy, || mallory.create(&dry_create, &probe)).await;
 
     // The operator writes a grant: pod "holder" holds lock l with token 7.
     let lease: Lease = serde_json::from_value(json!({
@@ -960,6 +987,8 @@ async fn cluster_admins_have_escape_hatches() {
     let mallory_user = format!("system:serviceaccount:{}:mallory", ns.ns);
     let plain =
         Api::<Pod>::namespaced(client_impersonating(&ns, &mallory_user, &["system:serviceaccounts"]).await, &ns.ns);
+    let (dry, ungate) = (dry_run(), Patch::Strategic(ungate_patch()));
+    wait_in_force(&policy, || plain.patch("b", &dry, &ungate)).await;
     assert_denied(plain.patch("b", &pp, &Patch::Strategic(&ungate_patch())).await, &policy, "scheduling gate");
     let glass =
         Api::<Pod>::namespaced(client_impersonating(&ns, &mallory_user, &["leasehold.dev:lock-admins"]).await, &ns.ns);

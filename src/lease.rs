@@ -46,6 +46,12 @@ pub fn view(lease: &Lease) -> LeaseView {
     LeaseView { holder, token: token.flatten().unwrap_or(0), floor: floor.flatten().unwrap_or(0), trusted }
 }
 
+/// The Lease's `spec.renewTime` as text: it changes with every renewal, which restarts a claim
+/// holder's expiry clock ([`crate::lock::machine::Snapshot::renew_marker`]).
+pub fn renew_marker(lease: &Lease) -> Option<String> {
+    lease.spec.as_ref()?.renew_time.as_ref().map(|t| t.0.to_string())
+}
+
 /// Whether `lease` is controlled by `lock` (ownerReference with the lock's UID).
 pub fn is_owned_by(lease: &Lease, lock: &DistributedLock) -> bool {
     let uid = lock.meta().uid.as_deref();

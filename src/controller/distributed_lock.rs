@@ -21,9 +21,8 @@ use crate::crd::{DistributedLock, DistributedLockStatus, HolderStatus};
 use crate::error::{Error, Result, call};
 use crate::lease;
 use crate::lock::fencing::parse_token;
-use crate::lock::grant::{
-    self, Candidate, Decision, Grant, HolderKind, Observation, Phase, Reject, RejectReason, Release, Settings,
-};
+use crate::lock::grant::{self, Candidate, Decision, Grant, HolderKind, Phase, Reject, RejectReason, Release, Settings};
+use crate::lock::machine::{self, Snapshot};
 use crate::lock::policy;
 use crate::lock::{GRANTED_LOCK_ANNOTATION, LOCK_ANNOTATION, SCHEDULING_GATE, TOKEN_ANNOTATION};
 use crate::metrics::Metrics;
@@ -52,37 +51,42 @@ pub async fn reconcile(lock: Arc<DistributedLock>, ctx: Arc<Context>) -> Result<
     {
         return report_foreign_lease(&lock_api, &lock, &ctx).await;
     }
-    let mut pods = candidates_of(&ctx, &ns, &name);
     let settings = Settings {
         start_timeout: Duration::from_secs(lock.spec.start_timeout_seconds.max(1) as u64),
         node_loss_timeout: Duration::from_secs(lock.spec.node_loss_timeout_seconds.max(1) as u64),
         lease_duration: Duration::from_secs(lock.spec.lease_duration_seconds.max(1) as u64),
     };
-    let mut fresh_reservation = None;
+    let lock_uid = lock.uid().unwrap_or_default();
+    let mut snapshot = Snapshot {
+        settings,
+        lease: None,
+        renew_marker: None,
+        candidates: candidates_of(&ctx, &ns, &name),
+        ceiling: 0,
+        highest_token: 0,
+        fresh_reservation: None,
+    };
     for _ in 0..MAX_STEPS {
-        let lease_view = lease_obj.as_ref().map(lease::view);
+        // Observe: the cached objects, overridden by what this reconcile's writes returned.
         let status = lock.status.clone().unwrap_or_default();
-        let clocks = holder_clocks(&ctx, &lock, lease_obj.as_ref(), lease_view.as_ref(), &pods);
-        let plan = grant::decide(&Observation {
-            settings,
-            lease: lease_view.as_ref(),
-            pods: &pods,
-            ceiling: status.token_ceiling,
-            highest_token: status.highest_token,
-            fresh_reservation,
-            holder_pending_for: clocks.pending_for,
-            holder_node_lost_for: clocks.node_lost_for,
-            holder_renewed_ago: clocks.renewed_ago,
-        })?;
+        snapshot.lease = lease_obj.as_ref().map(lease::view);
+        snapshot.renew_marker = lease_obj.as_ref().and_then(lease::renew_marker);
+        (snapshot.ceiling, snapshot.highest_token) = (status.token_ceiling, status.highest_token);
+        let now = ctx.started.elapsed();
+        let clocks = ctx.clocks.lock().unwrap_or_else(|e| e.into_inner()).get(&lock_uid).cloned().unwrap_or_default();
+        let step = machine::step(&snapshot, now, &clocks)?;
+        ctx.clocks.lock().unwrap_or_else(|e| e.into_inner()).insert(lock_uid.clone(), step.clocks);
+        let plan = step.plan;
         tracing::debug!(lock = %name, namespace = %ns, decision = ?plan.decision, "decided");
+        // Apply the one write; fold what the API server answered into the snapshot.
+        snapshot.fresh_reservation = None;
         match plan.decision {
             Decision::Reserve { from, to } => {
                 lock = reserve_tokens(&lock_api, &lock, to).await?;
-                fresh_reservation = Some(from);
+                snapshot.fresh_reservation = Some(from);
             }
             Decision::CreateLease { holder, floor } => {
                 lease_obj = Some(lease::create(&lease_api, &lock, holder.as_ref(), floor).await?);
-                fresh_reservation = None;
                 if let Some(h) = holder {
                     let note = format!("Lease was recreated; {} keeps holding with token {}", h.name, h.token);
                     ctx.event(&lock.object_ref(&()), EventType::Warning, "LeaseRecreated", note, "Recreate").await;
@@ -94,7 +98,6 @@ pub async fn reconcile(lock: Arc<DistributedLock>, ctx: Arc<Context>) -> Result<
                     .await
                     .inspect_err(|e| count_conflict(&ctx.metrics, e))?;
                 lease_obj = Some(written);
-                fresh_reservation = None;
                 if let Some(r) = &released {
                     record_release(&ctx, &lock, r).await;
                 }
@@ -105,7 +108,7 @@ pub async fn reconcile(lock: Arc<DistributedLock>, ctx: Arc<Context>) -> Result<
                     }
                     tracing::info!(lock = %name, namespace = %ns, pod = %g.name, token = g.token, "granted");
                     ctx.failpoint("exit-after-lease-grant");
-                    patch_holder(&ctx, &ns, &lock, &g, &mut pods).await?;
+                    snapshot.absorb_candidate(patch_holder(&ctx, &ns, &lock, &g).await?);
                 }
             }
             Decision::RepairLease { holder, floor } => {
@@ -114,7 +117,6 @@ pub async fn reconcile(lock: Arc<DistributedLock>, ctx: Arc<Context>) -> Result<
                     .await
                     .inspect_err(|e| count_conflict(&ctx.metrics, e))?;
                 lease_obj = Some(written);
-                fresh_reservation = None;
                 let note = format!(
                     "the Lease disagreed with the running holder (edited by hand, or the holder's lock annotation changed); \
                      repaired it to name {} with its token {}",
@@ -125,34 +127,36 @@ pub async fn reconcile(lock: Arc<DistributedLock>, ctx: Arc<Context>) -> Result<
             }
             Decision::PatchHolder(g) => {
                 tracing::info!(lock = %name, holder = %g.name, token = g.token, "finishing a grant recorded in the Lease");
-                patch_holder(&ctx, &ns, &lock, &g, &mut pods).await?;
+                snapshot.absorb_candidate(patch_holder(&ctx, &ns, &lock, &g).await?);
             }
             Decision::DeletePod { name: pod_name, uid } => {
                 let dp = DeleteParams {
                     preconditions: Some(Preconditions { uid: Some(uid.clone()), resource_version: None }),
                     ..DeleteParams::default()
                 };
-                match call("delete Pod", pod_api.delete(&pod_name, &dp)).await {
-                    Ok(_) => {}
-                    Err(e) if e.is_not_found() || e.is_conflict() => {}
+                let deleted = match call("delete Pod", pod_api.delete(&pod_name, &dp)).await {
+                    Ok(either) => either.left(),
+                    Err(e) if e.is_not_found() || e.is_conflict() => None,
                     Err(e) => return Err(e),
-                }
+                };
                 Metrics::inc(&ctx.metrics.reclaims, "StartTimeout");
                 let note = format!(
                     "{pod_name} was granted the lock but did not start within {} s; deleting it so the next waiter can hold the lock once it is gone",
                     lock.spec.start_timeout_seconds
                 );
                 ctx.event(&lock.object_ref(&()), EventType::Warning, "StartTimeout", note, "Reclaim").await;
-                if let Some(p) = pods.iter_mut().find(|p| p.uid == uid) {
-                    p.deleting = true;
+                match deleted.as_ref().and_then(|p| candidate_of_pod(p, &name, node_lost(&ctx, p))) {
+                    Some(c) => snapshot.absorb_candidate(c),
+                    // Gone (or replaced): nothing more to decide until the watch says so.
+                    None => snapshot.candidates.retain(|c| c.uid != uid),
                 }
             }
             Decision::RejectWaiters(rejects) => {
                 for r in rejects {
-                    let kind = pods.iter().find(|p| p.uid == r.uid).map_or(HolderKind::Pod, |p| p.kind);
-                    reject_waiter(&ctx, &ns, kind, &lock, &r).await?;
-                    if let Some(p) = pods.iter_mut().find(|p| p.uid == r.uid) {
-                        p.phase = Phase::Failed;
+                    let kind = snapshot.candidates.iter().find(|p| p.uid == r.uid).map_or(HolderKind::Pod, |p| p.kind);
+                    match reject_waiter(&ctx, &ns, kind, &lock, &r).await? {
+                        Some(c) => snapshot.absorb_candidate(c),
+                        None => snapshot.candidates.retain(|c| c.uid != r.uid),
                     }
                 }
             }
@@ -189,12 +193,10 @@ fn count_conflict(m: &Metrics, e: &Error) {
     }
 }
 
-/// Candidates for `lock` in `ns`: pods whose `leasehold.dev/lock` annotation names it and
-/// `DistributedLockClaim`s for it, with how long each waiter has been seen waiting (this
-/// process's monotonic clock).
+/// Candidates for `lock` in `ns`, from the caches: pods whose `leasehold.dev/lock` annotation
+/// names it (or that were granted it) and `DistributedLockClaim`s for it, in cache order
+/// ([`machine::step`] sorts them).
 fn candidates_of(ctx: &Context, ns: &str, lock: &str) -> Vec<Candidate> {
-    let now = Instant::now();
-    let mut clock = ctx.wait_clock.lock().unwrap_or_else(|e| e.into_inner());
     let pods = ctx
         .pods
         .state()
@@ -204,33 +206,35 @@ fn candidates_of(ctx: &Context, ns: &str, lock: &str) -> Vec<Candidate> {
             p.annotations().get(LOCK_ANNOTATION).map(|v| v.trim()) == Some(lock)
                 || p.annotations().get(GRANTED_LOCK_ANNOTATION).map(String::as_str) == Some(lock)
         })
-        .filter_map(|p| candidate_of_pod(&p, lock));
+        .filter_map(|p| candidate_of_pod(&p, lock, node_lost(ctx, &p)));
     let claims = ctx
         .claims
         .state()
         .into_iter()
         .filter(|c| c.namespace().as_deref() == Some(ns) && c.spec.lock == lock)
         .filter_map(|c| candidate_of_claim(&c));
-    let mut views: Vec<Candidate> = pods.chain(claims).collect();
-    for v in &mut views {
-        if v.is_waiter() {
-            v.waiting_for = Some(now.duration_since(*clock.entry(v.uid.clone()).or_insert(now)));
-        } else {
-            clock.remove(&v.uid);
-        }
-    }
-    if clock.len() > 10_000 {
-        let mut live: std::collections::HashSet<String> = ctx.pods.state().iter().filter_map(|p| p.uid()).collect();
-        live.extend(ctx.claims.state().iter().filter_map(|c| c.uid()));
-        clock.retain(|uid, _| live.contains(uid));
-    }
-    views
+    pods.chain(claims).collect()
+}
+
+/// Whether `pod` is bound to a node that is not Ready (NotReady, Unknown, or missing from the
+/// node cache).
+fn node_lost(ctx: &Context, pod: &Pod) -> bool {
+    let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()).filter(|n| !n.is_empty()) else {
+        return false;
+    };
+    !ctx.nodes.get(&ObjectRef::new(node)).is_some_and(|n| {
+        n.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
+            .is_some_and(|c| c.status == "True")
+    })
 }
 
 /// The decision's view of a pod for `lock`; `None` for pods without name/uid/creationTimestamp.
 /// Its token counts only if it was granted for this lock (`leasehold.dev/granted-lock`), so a pod
 /// that holds another lock, or forged a token annotation, is never taken for this lock's holder.
-pub fn candidate_of_pod(p: &Pod, lock: &str) -> Option<Candidate> {
+pub fn candidate_of_pod(p: &Pod, lock: &str, node_lost: bool) -> Option<Candidate> {
     let spec = p.spec.as_ref();
     let name = p.metadata.name.clone()?;
     let ann = |k: &str| p.annotations().get(k).map(String::as_str);
@@ -244,6 +248,7 @@ pub fn candidate_of_pod(p: &Pod, lock: &str) -> Option<Candidate> {
             .and_then(|s| s.scheduling_gates.as_ref())
             .is_some_and(|g| g.iter().any(|g| g.name == SCHEDULING_GATE)),
         node_name: spec.and_then(|s| s.node_name.clone()).filter(|n| !n.is_empty()),
+        node_lost,
         phase: Phase::parse(p.status.as_ref().and_then(|s| s.phase.as_deref())),
         deleting: p.metadata.deletion_timestamp.is_some(),
         token: ann(TOKEN_ANNOTATION).and_then(parse_token).filter(|_| ann(GRANTED_LOCK_ANNOTATION) == Some(lock)),
@@ -269,6 +274,7 @@ pub fn candidate_of_claim(c: &DistributedLockClaim) -> Option<Candidate> {
         created: c.metadata.creation_timestamp.as_ref()?.0,
         gated: status.token.is_none(),
         node_name: None,
+        node_lost: false,
         phase,
         deleting: c.metadata.deletion_timestamp.is_some(),
         token: status.token,
@@ -279,74 +285,6 @@ pub fn candidate_of_claim(c: &DistributedLockClaim) -> Option<Candidate> {
         max_wait: c.spec.max_wait_seconds.filter(|s| *s > 0).map(|s| Duration::from_secs(s as u64)),
         waiting_for: None,
     })
-}
-
-/// Durations on this process's monotonic clock for the current holder.
-#[derive(Default)]
-struct HolderClocks {
-    /// A pod holder: how long it has been Pending since this process first saw the grant.
-    pending_for: Option<Duration>,
-    /// A pod holder: how long its node has been seen not Ready (or missing).
-    node_lost_for: Option<Duration>,
-    /// A claim holder: how long since this process last saw the Lease's renewTime change.
-    renewed_ago: Option<Duration>,
-}
-
-fn holder_clocks(
-    ctx: &Context,
-    lock: &DistributedLock,
-    lease_obj: Option<&Lease>,
-    lease: Option<&grant::LeaseView>,
-    candidates: &[Candidate],
-) -> HolderClocks {
-    let lock_uid = lock.uid().unwrap_or_default();
-    let holder = lease
-        .and_then(|l| l.holder.as_ref())
-        .and_then(|h| candidates.iter().find(|p| p.identity == h.name && Some(&p.uid) == h.uid.as_ref()));
-    let Some(holder) = holder else {
-        ctx.holder_clock.lock().unwrap_or_else(|e| e.into_inner()).remove(&lock_uid);
-        return HolderClocks::default();
-    };
-    let now = Instant::now();
-    // Key: holder UID plus the Lease's renewTime: a new holder or a renewal restarts the clock.
-    let renew_time = lease_obj.and_then(|l| l.spec.as_ref()?.renew_time.as_ref()).map(|t| t.0.to_string());
-    let key = format!("{}/{}", holder.uid, renew_time.unwrap_or_default());
-    let since = {
-        let mut clocks = ctx.holder_clock.lock().unwrap_or_else(|e| e.into_inner());
-        let entry = clocks.entry(lock_uid).or_insert_with(|| (key.clone(), now, now));
-        if !entry.0.starts_with(&format!("{}/", holder.uid)) {
-            *entry = (key.clone(), now, now);
-        } else if entry.0 != key {
-            entry.0 = key;
-            entry.2 = now;
-        }
-        (entry.1, entry.2)
-    };
-    match holder.kind {
-        HolderKind::Pod => HolderClocks {
-            pending_for: (holder.phase == Phase::Pending).then(|| now.duration_since(since.0)),
-            node_lost_for: holder.node_name.as_ref().and_then(|n| node_lost_for(ctx, n, now)),
-            renewed_ago: None,
-        },
-        HolderKind::Claim => HolderClocks { renewed_ago: Some(now.duration_since(since.1)), ..HolderClocks::default() },
-    }
-}
-
-fn node_lost_for(ctx: &Context, node: &str, now: Instant) -> Option<Duration> {
-    let ready = ctx.nodes.get(&ObjectRef::new(node)).is_some_and(|n| {
-        n.status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
-            .is_some_and(|c| c.status == "True")
-    });
-    let mut clocks = ctx.node_clock.lock().unwrap_or_else(|e| e.into_inner());
-    if ready {
-        clocks.remove(node);
-        None
-    } else {
-        Some(now.duration_since(*clocks.entry(node.to_string()).or_insert(now)))
-    }
 }
 
 /// Raises `status.tokenCeiling` with the lock's resourceVersion as precondition.
@@ -362,13 +300,8 @@ async fn reserve_tokens(api: &Api<DistributedLock>, lock: &DistributedLock, to: 
 /// Second write of a grant, after the Lease write: for a pod, the token annotation and the
 /// removal of the scheduling gate; for a claim, its status (phase Granted, token). Both with the
 /// holder's UID as precondition (a new object with the same name is never granted by mistake).
-async fn patch_holder(
-    ctx: &Context,
-    ns: &str,
-    lock: &DistributedLock,
-    g: &Grant,
-    candidates: &mut [Candidate],
-) -> Result<()> {
+/// Returns the holder as the API server answered.
+async fn patch_holder(ctx: &Context, ns: &str, lock: &DistributedLock, g: &Grant) -> Result<Candidate> {
     let note = format!("{} holds the lock with fencing token {}", g.identity, g.token);
     let holder_ref = match g.kind {
         HolderKind::Pod => {
@@ -381,7 +314,7 @@ async fn patch_holder(
                 "spec": { "schedulingGates": [ { "$patch": "delete", "name": SCHEDULING_GATE } ] },
             });
             let pod = call("patch Pod", api.patch(&g.name, &PatchParams::default(), &Patch::Strategic(&patch))).await?;
-            super::pod_ref(&pod)
+            (super::pod_ref(&pod), candidate_of_pod(&pod, &lock.name_any(), node_lost(ctx, &pod)))
         }
         HolderKind::Claim => {
             let api: Api<DistributedLockClaim> = Api::namespaced(ctx.client.clone(), ns);
@@ -392,26 +325,27 @@ async fn patch_holder(
             let claim =
                 call("patch claim status", api.patch_status(&g.name, &PatchParams::default(), &Patch::Merge(&patch)))
                     .await?;
-            claim.object_ref(&())
+            (claim.object_ref(&()), candidate_of_claim(&claim))
         }
     };
-    if let Some(p) = candidates.iter_mut().find(|p| p.uid == g.uid) {
-        p.gated = false;
-        p.token = Some(g.token);
-        if p.kind == HolderKind::Claim {
-            p.phase = Phase::Running;
-        }
-    }
+    let (holder_ref, holder) = (holder_ref.0, holder_ref.1.ok_or(Error::MissingField("metadata"))?);
     let lock_ref = lock.object_ref(&());
     ctx.event_related(&lock_ref, Some(holder_ref.clone()), EventType::Normal, "Granted", note.clone(), "Grant").await;
     let pod_note = format!("lock {}: {note}", lock.name_any());
     ctx.event(&holder_ref, EventType::Normal, "LockGranted", pod_note, "Grant").await;
-    Ok(())
+    Ok(holder)
 }
 
 /// Marks a waiter that gave up: a pod as `Failed` (status subresource), a claim as `Rejected`,
-/// both with the UID as precondition; Events on the waiter and the lock.
-async fn reject_waiter(ctx: &Context, ns: &str, kind: HolderKind, lock: &DistributedLock, r: &Reject) -> Result<()> {
+/// both with the UID as precondition; Events on the waiter and the lock. Returns the waiter as
+/// the API server answered, `None` when it is gone or was replaced.
+async fn reject_waiter(
+    ctx: &Context,
+    ns: &str,
+    kind: HolderKind,
+    lock: &DistributedLock,
+    r: &Reject,
+) -> Result<Option<Candidate>> {
     let message = match r.reason {
         RejectReason::LockBusy => {
             format!("lock {} is held and this waiter asked to skip when busy; it did not run", lock.name_any())
@@ -430,7 +364,7 @@ async fn reject_waiter(ctx: &Context, ns: &str, kind: HolderKind, lock: &Distrib
             });
             call("fail waiting Pod", api.patch_status(&r.name, &pp, &Patch::Merge(&patch)))
                 .await
-                .map(|p| p.object_ref(&()))
+                .map(|p| (p.object_ref(&()), candidate_of_pod(&p, &lock.name_any(), node_lost(ctx, &p))))
         }
         HolderKind::Claim => {
             let api: Api<DistributedLockClaim> = Api::namespaced(ctx.client.clone(), ns);
@@ -438,12 +372,14 @@ async fn reject_waiter(ctx: &Context, ns: &str, kind: HolderKind, lock: &Distrib
                 "metadata": { "uid": r.uid },
                 "status": { "phase": "Rejected", "reason": r.reason.as_str(), "message": message },
             });
-            call("reject claim", api.patch_status(&r.name, &pp, &Patch::Merge(&patch))).await.map(|c| c.object_ref(&()))
+            call("reject claim", api.patch_status(&r.name, &pp, &Patch::Merge(&patch)))
+                .await
+                .map(|c| (c.object_ref(&()), candidate_of_claim(&c)))
         }
     };
-    let waiter_ref = match written {
+    let (waiter_ref, waiter) = match written {
         Ok(r) => r,
-        Err(e) if e.is_not_found() || e.is_conflict() => return Ok(()),
+        Err(e) if e.is_not_found() || e.is_conflict() => return Ok(None),
         Err(e) => return Err(e),
     };
     Metrics::inc(&ctx.metrics.rejections, r.reason.as_str());
@@ -451,7 +387,7 @@ async fn reject_waiter(ctx: &Context, ns: &str, kind: HolderKind, lock: &Distrib
     ctx.event(&waiter_ref, EventType::Warning, r.reason.as_str(), message.clone(), "Reject").await;
     let lock_note = format!("{}: {message}", r.name);
     ctx.event(&lock.object_ref(&()), EventType::Normal, r.reason.as_str(), lock_note, "Reject").await;
-    Ok(())
+    Ok(waiter)
 }
 
 async fn record_release(ctx: &Context, lock: &DistributedLock, r: &Release) {

@@ -48,15 +48,12 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     /// `DistributedLockClaim`s.
     pub claims: Store<DistributedLockClaim>,
-    /// When this process first saw each lock's current holder granted, and its last renewal:
-    /// lock UID -> ("holder UID/renewTime", granted at, renewal seen at). Monotonic clock, in
-    /// memory: after a restart timeouts start over (later, never earlier), as client-go's leader
-    /// election does.
-    pub holder_clock: Mutex<HashMap<String, (String, Instant, Instant)>>,
-    /// When this process first saw each node not Ready (or missing): node name -> instant.
-    pub node_clock: Mutex<HashMap<String, Instant>>,
-    /// When this process first saw each pod waiting: pod UID -> instant (for `max-wait`).
-    pub wait_clock: Mutex<HashMap<String, Instant>>,
+    /// The protocol's clock state per lock UID ([`crate::lock::machine::Clocks`]), on this
+    /// process's monotonic clock, in memory: after a restart timeouts start over (later, never
+    /// earlier), as client-go's leader election does.
+    pub clocks: Mutex<HashMap<String, crate::lock::machine::Clocks>>,
+    /// Origin of the monotonic time handed to [`crate::lock::machine::step`].
+    pub started: Instant,
     /// Test-only crash point (`LEASEHOLD_FAILPOINT`), see [`Context::failpoint`].
     pub failpoint: Option<String>,
 }
@@ -231,9 +228,8 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
         claims: claims.clone(),
         recorder: Recorder::new(client.clone(), reporter),
         metrics: metrics.clone(),
-        holder_clock: Mutex::default(),
-        node_clock: Mutex::default(),
-        wait_clock: Mutex::default(),
+        clocks: Mutex::default(),
+        started: Instant::now(),
         failpoint: std::env::var("LEASEHOLD_FAILPOINT").ok(),
     });
 

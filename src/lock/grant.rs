@@ -85,6 +85,8 @@ pub struct Candidate {
     pub gated: bool,
     /// `spec.nodeName`, once bound.
     pub node_name: Option<String>,
+    /// Bound to a node that is NotReady, Unknown or missing, as this process observes it.
+    pub node_lost: bool,
     /// `status.phase`.
     pub phase: Phase,
     /// `metadata.deletionTimestamp` is set.

@@ -1,8 +1,9 @@
 //! The pure lock domain: who holds next, which token, what to write. No I/O and no
-//! `kube::Client` in here; the controller observes, calls [`grant::decide`], and applies.
+//! `kube::Client` in here; the controller observes, calls [`machine::step`], and applies.
 
 pub mod fencing;
 pub mod grant;
+pub mod machine;
 pub mod policy;
 pub mod queue;
 

@@ -16,6 +16,7 @@ fn pod(name: &str, created: i64) -> Candidate {
         created: Timestamp::from_second(created).unwrap(),
         gated: true,
         node_name: None,
+        node_lost: false,
         phase: Phase::Pending,
         deleting: false,
         token: None,
