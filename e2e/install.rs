@@ -894,7 +894,8 @@ async fn only_the_operator_may_change_lease_holders_and_holders_renew_only_their
     let mallory: Api<Lease> = Api::namespaced(client_as(&ns, "mallory", "mallory", None).await, &ns.ns);
     let holder: Api<Lease> = Api::namespaced(client_as(&ns, "holder", "worker", Some("holder")).await, &ns.ns);
     let other: Api<Lease> = Api::namespaced(client_as(&ns, "other", "worker", Some("other")).await, &ns.ns);
-    let probe = json!({"metadata": {"name": "probe", "labels": {LEASE_LABEL: "probe"}}, "spec": {"holderIdentity": "x"}});
+    let probe =
+        json!({"metadata": {"name": "probe", "labels": {LEASE_LABEL: "probe"}}, "spec": {"holderIdentity": "x"}});
     let probe: Lease = serde_json::from_value(probe).unwrap();
     let dry_create = PostParams { dry_run: true, ..PostParams::default() };
     wait_in_force(&policy, || mallory.create(&dry_create, &probe)).await;

@@ -293,9 +293,15 @@ impl Ticket {
         .await
     }
 
-    /// Leaves the queue: deletes the claim (UID precondition). If it was granted meanwhile, the
-    /// operator sees the holder gone and grants the next waiter.
+    /// Leaves the queue: if the claim was granted meanwhile, first frees the Lease (owner-verified
+    /// compare-and-swap, so the next waiter is granted at once), then deletes the claim (UID
+    /// precondition). A granted claim that is only deleted keeps the lock until its lease
+    /// expires: the operator cannot tell whether its process still runs.
     pub async fn cancel(self) {
+        let leases: Api<Lease> = Api::namespaced(self.holder.client.clone(), &self.holder.namespace);
+        if let Err(e) = clear_holder(&leases, &self.holder.lock, &self.holder.identity, &self.claim_uid).await {
+            tracing::debug!(error = %e, "freeing the Lease on cancel failed (it expires)");
+        }
         delete_claim(&self.claims, &self.claim_name, &self.claim_uid).await;
     }
 }
@@ -360,6 +366,7 @@ impl LockGuard {
                 return Err(HolderError::NotHolder(h.lock.clone()));
             }
             Err(e) => {
+                let _ = clear_holder(&leases, &h.lock, &h.identity, &claim_uid).await;
                 delete_claim(&claims, &claim_name, &claim_uid).await;
                 return Err(e);
             }

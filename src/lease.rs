@@ -26,18 +26,24 @@ use kube::{Resource, ResourceExt};
 use crate::crd::DistributedLock;
 use crate::error::{Error, Result, call};
 use crate::lock::fencing::parse_token;
-use crate::lock::grant::{Grant, Holder, LeaseView};
-use crate::lock::{HOLDER_UID_ANNOTATION, LEASE_LABEL, TOKEN_ANNOTATION, TOKEN_FLOOR_ANNOTATION};
+use crate::lock::grant::{Grant, Holder, HolderKind, LeaseView};
+use crate::lock::{
+    HOLDER_KIND_ANNOTATION, HOLDER_UID_ANNOTATION, LEASE_LABEL, TOKEN_ANNOTATION, TOKEN_FLOOR_ANNOTATION,
+};
 
 /// Reads the grant state from a Lease. Never fails: unreadable annotations make the view
 /// untrusted ([`LeaseView::trusted`] = false), which the decision handles by re-flooring.
 pub fn view(lease: &Lease) -> LeaseView {
     let ann = lease.annotations();
     let spec = lease.spec.as_ref();
-    let holder = spec
-        .and_then(|s| s.holder_identity.clone())
-        .filter(|h| !h.is_empty())
-        .map(|name| Holder { name, uid: ann.get(HOLDER_UID_ANNOTATION).cloned() });
+    let holder = spec.and_then(|s| s.holder_identity.clone()).filter(|h| !h.is_empty()).map(|name| Holder {
+        name,
+        uid: ann.get(HOLDER_UID_ANNOTATION).cloned(),
+        kind: match ann.get(HOLDER_KIND_ANNOTATION).map(String::as_str) {
+            Some("Claim") => HolderKind::Claim,
+            _ => HolderKind::Pod,
+        },
+    });
     let token = ann.get(TOKEN_ANNOTATION).map(|v| parse_token(v));
     let floor = ann.get(TOKEN_FLOOR_ANNOTATION).map(|v| v.trim().parse::<i64>().ok().filter(|f| *f >= 0));
     let trusted = matches!(floor, Some(Some(_)))
@@ -111,10 +117,12 @@ fn apply_grant(
     match holder {
         Some(g) => {
             ann.insert(HOLDER_UID_ANNOTATION.into(), g.uid.clone());
+            ann.insert(HOLDER_KIND_ANNOTATION.into(), g.kind.as_str().into());
             ann.insert(TOKEN_ANNOTATION.into(), g.token.to_string());
         }
         None => {
             ann.remove(HOLDER_UID_ANNOTATION);
+            ann.remove(HOLDER_KIND_ANNOTATION);
             if let Some(t) = last_token.filter(|t| *t > 0) {
                 ann.insert(TOKEN_ANNOTATION.into(), t.to_string());
             }
@@ -152,7 +160,7 @@ mod tests {
             Some("pod-a"),
         );
         let v = view(&l);
-        assert_eq!(v.holder, Some(Holder { name: "pod-a".into(), uid: Some("u1".into()) }));
+        assert_eq!(v.holder, Some(Holder { name: "pod-a".into(), uid: Some("u1".into()), kind: HolderKind::Pod }));
         assert_eq!((v.token, v.floor, v.trusted), (7, 0, true));
     }
 

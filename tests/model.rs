@@ -65,6 +65,8 @@ const CLAIM_NAMES: [&str; 2] = ["claim-x", "claim-y"];
 enum Bug {
     /// Lease updates land whatever resourceVersion they carry (no compare-and-swap).
     LeaseWithoutPrecondition,
+    /// The patch that ungates a holder lands whatever resourceVersion it carries (UID only).
+    HolderPatchWithoutPrecondition,
 }
 
 #[derive(Clone, Debug)]
@@ -76,13 +78,16 @@ struct Config {
     /// Third-party faults (Lease deleted or forged, claim deleted) and node losses, in all.
     faults: u8,
     restarts: u8,
+    /// Third parties may also rewrite the Lease's holder (what the chart's admission policy
+    /// `<release>-lease-grants` forbids everyone but the operator).
+    forge: bool,
     bug: Option<Bug>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct LeaseObj {
     rv: u16,
-    holder: Option<(String, String)>,
+    holder: Option<(String, String, HolderKind)>,
     token: i64,
     /// `leasehold.dev/token-floor`; `None` when missing (a Lease the operator did not write).
     floor: Option<i64>,
@@ -173,20 +178,21 @@ struct World {
     broken: Option<&'static str>,
 }
 
+/// A kind the operator watches: each kind's cache lags on its own (its own watch).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-enum Obj {
+enum Kind {
     Lease,
     Lock,
-    Pod(usize),
-    Claim(usize),
+    Pods,
+    Claims,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 enum Action {
     /// Operator `n` takes one step of its reconcile (one write).
     Step(usize),
-    /// Operator `n`'s cache of one object catches up with the API server.
-    Sync(usize, Obj),
+    /// Operator `n`'s cache of one kind catches up with the API server.
+    Sync(usize, Kind),
     /// Operator `n` crashes and restarts: fresh list, fresh clocks.
     Restart(usize),
     /// One second passes.
@@ -245,10 +251,14 @@ impl LockModel {
             .collect();
         let claims = (0..self.cfg.claims)
             .map(|i| {
-                Some(ClaimObj { rv: 1, uid: format!("{}-0", CLAIM_NAMES[i]), created: created(10 + i, 0), token: None })
+                Some(ClaimObj { rv: 1, uid: format!("{}-0", CLAIM_NAMES[i]), created: -10 + i as i64, token: None })
             })
             .collect();
-        let api = View { lease: None, lock: LockObj { rv: 1, ceiling: 0, highest: 0 }, pods, claims };
+        // Start where every lock is after its first reconcile: tokens reserved, the Lease
+        // created free (the bootstrap path is explored again after a Lease deletion).
+        let lease = LeaseObj { rv: 1, holder: None, token: 0, floor: Some(0), renew: None };
+        let lock = LockObj { rv: 1, ceiling: 1000, highest: 0 };
+        let api = View { lease: Some(lease), lock, pods, claims };
         let op = Operator { cache: api.clone(), session: None, clocks: Clocks::default() };
         World {
             now: 0,
@@ -278,6 +288,7 @@ fn snapshot(view: &View, fresh_reservation: Option<i64>) -> Snapshot {
             name: POD_NAMES[i].into(),
             identity: POD_NAMES[i].into(),
             uid: p.uid.clone(),
+            resource_version: p.rv.to_string(),
             created: ts(p.created),
             gated: p.gated,
             node_name: started.then(|| "node-1".to_string()),
@@ -301,6 +312,7 @@ fn snapshot(view: &View, fresh_reservation: Option<i64>) -> Snapshot {
             name: CLAIM_NAMES[i].into(),
             identity: CLAIM_NAMES[i].into(),
             uid: c.uid.clone(),
+            resource_version: c.rv.to_string(),
             created: ts(c.created),
             gated: c.token.is_none(),
             node_name: None,
@@ -314,7 +326,11 @@ fn snapshot(view: &View, fresh_reservation: Option<i64>) -> Snapshot {
         });
     }
     let lease = view.lease.as_ref().map(|l| LeaseView {
-        holder: l.holder.as_ref().map(|(name, uid)| Holder { name: name.clone(), uid: Some(uid.clone()) }),
+        holder: l.holder.as_ref().map(|(name, uid, kind)| Holder {
+            name: name.clone(),
+            uid: Some(uid.clone()),
+            kind: *kind,
+        }),
         token: l.token,
         floor: l.floor.unwrap_or(0),
         trusted: l.floor.is_some() && (l.holder.is_none() || l.token > 0),
@@ -358,7 +374,7 @@ impl World {
         }
         let lease = LeaseObj {
             rv,
-            holder: holder.map(|g| (g.identity.clone(), g.uid.clone())),
+            holder: holder.map(|g| (g.identity.clone(), g.uid.clone(), g.kind)),
             token,
             floor: floor.or(base.and_then(|b| b.floor)),
             renew: holder.map(|_| rv),
@@ -405,7 +421,7 @@ impl World {
             }
             Decision::UpdateLease { holder, floor, .. } => self.cas_lease(&mut view, holder.as_ref(), floor, bug),
             Decision::RepairLease { holder, floor } => self.cas_lease(&mut view, Some(&holder), floor, bug),
-            Decision::PatchHolder(g) => self.patch_holder(&mut view, &g),
+            Decision::PatchHolder(g) => self.patch_holder(&mut view, &g, bug),
             Decision::DeletePod { .. } | Decision::RejectWaiters(_) => {
                 unreachable!("start timeout, skip and max-wait are not modelled")
             }
@@ -432,13 +448,15 @@ impl World {
         true
     }
 
-    /// The pod patch (annotations + gate removal) or claim status patch, UID precondition only.
-    fn patch_holder(&mut self, view: &mut View, g: &Grant) -> bool {
+    /// The pod patch (annotations + gate removal) or claim status patch, with UID and
+    /// resourceVersion preconditions.
+    fn patch_holder(&mut self, view: &mut View, g: &Grant, bug: Option<Bug>) -> bool {
+        let rv_ok = |rv: u16| bug == Some(Bug::HolderPatchWithoutPrecondition) || rv.to_string() == g.resource_version;
         match g.kind {
             HolderKind::Pod => {
                 let i = POD_NAMES.iter().position(|n| *n == g.name).unwrap();
                 let rv = self.rv();
-                let Some(p) = self.api.pods[i].as_mut().filter(|p| p.uid == g.uid) else { return false };
+                let Some(p) = self.api.pods[i].as_mut().filter(|p| p.uid == g.uid && rv_ok(p.rv)) else { return false };
                 let new_grant = p.gated || p.token != Some(g.token);
                 (p.gated, p.token, p.rv) = (false, Some(g.token), rv);
                 view.pods[i] = Some(p.clone());
@@ -450,7 +468,9 @@ impl World {
             HolderKind::Claim => {
                 let i = CLAIM_NAMES.iter().position(|n| *n == g.name).unwrap();
                 let rv = self.rv();
-                let Some(c) = self.api.claims[i].as_mut().filter(|c| c.uid == g.uid) else { return false };
+                let Some(c) = self.api.claims[i].as_mut().filter(|c| c.uid == g.uid && rv_ok(c.rv)) else {
+                    return false;
+                };
                 let new_grant = c.token != Some(g.token);
                 (c.token, c.rv) = (Some(g.token), rv);
                 view.claims[i] = Some(c.clone());
@@ -462,21 +482,25 @@ impl World {
         }
     }
 
-    fn obj_differs(&self, n: usize, o: &Obj) -> bool {
+    fn kind_differs(&self, n: usize, k: &Kind) -> bool {
         let (c, a) = (&self.ops[n].cache, &self.api);
-        match o {
-            Obj::Lease => c.lease != a.lease,
-            Obj::Lock => c.lock != a.lock,
-            Obj::Pod(i) => c.pods[*i] != a.pods[*i],
-            Obj::Claim(i) => c.claims[*i] != a.claims[*i],
+        match k {
+            Kind::Lease => c.lease != a.lease,
+            Kind::Lock => c.lock != a.lock,
+            Kind::Pods => c.pods != a.pods,
+            Kind::Claims => c.claims != a.claims,
         }
     }
 
     /// Renewal by claim `i`'s process: succeeds while the Lease names it.
     fn renew(&mut self, i: usize) -> bool {
         let uid = format!("{}-0", CLAIM_NAMES[i]);
-        let names_it =
-            self.api.lease.as_ref().and_then(|l| l.holder.as_ref()).is_some_and(|(n, u)| n == CLAIM_NAMES[i] && *u == uid);
+        let names_it = self
+            .api
+            .lease
+            .as_ref()
+            .and_then(|l| l.holder.as_ref())
+            .is_some_and(|(n, u, _)| n == CLAIM_NAMES[i] && *u == uid);
         if !names_it {
             return false;
         }
@@ -488,13 +512,15 @@ impl World {
     }
 
     /// Holders whose work runs now: (token, excused) where excused means a lost node or a
-    /// process paused past its renew deadline.
+    /// process paused past its renew deadline. An ungated pod counts from the moment it is
+    /// ungated (it may start at any time), unless it was deleted before it started:
+    /// kube-scheduler never binds a terminating pod.
     fn running(&self) -> Vec<(i64, bool, String)> {
         let mut out = vec![];
         for (i, p) in self.api.pods.iter().enumerate() {
             if let Some(p) = p
                 && !p.gated
-                && p.phase != PodPhase::Succeeded
+                && (p.phase == PodPhase::Running || (p.phase == PodPhase::Pending && !p.deleting))
             {
                 out.push((p.token.unwrap_or(0), p.node_lost, POD_NAMES[i].to_string()));
             }
@@ -510,9 +536,7 @@ impl World {
 
 fn mutual_exclusion(w: &World) -> bool {
     let running = w.running();
-    running.iter().enumerate().all(|(i, a)| {
-        running[i + 1..].iter().all(|b| (a.1 && a.0 < b.0) || (b.1 && b.0 < a.0))
-    })
+    running.iter().enumerate().all(|(i, a)| running[i + 1..].iter().all(|b| (a.1 && a.0 < b.0) || (b.1 && b.0 < a.0)))
 }
 
 impl Model for LockModel {
@@ -529,13 +553,9 @@ impl Model for LockModel {
         }
         for n in 0..w.ops.len() {
             out.push(Action::Step(n));
-            let objs = [Obj::Lease, Obj::Lock]
-                .into_iter()
-                .chain((0..w.api.pods.len()).map(Obj::Pod))
-                .chain((0..w.api.claims.len()).map(Obj::Claim));
-            for o in objs {
-                if w.obj_differs(n, &o) {
-                    out.push(Action::Sync(n, o));
+            for k in [Kind::Lease, Kind::Lock, Kind::Pods, Kind::Claims] {
+                if w.kind_differs(n, &k) {
+                    out.push(Action::Sync(n, k));
                 }
             }
             if w.restarts < self.cfg.restarts {
@@ -549,7 +569,7 @@ impl Model for LockModel {
         for (i, p) in w.api.pods.iter().enumerate() {
             match p {
                 Some(p) => {
-                    if !p.gated && p.phase == PodPhase::Pending {
+                    if !p.gated && !p.deleting && p.phase == PodPhase::Pending {
                         out.push(Action::PodStarts(i));
                     }
                     if p.phase == PodPhase::Running && !p.node_lost {
@@ -564,7 +584,7 @@ impl Model for LockModel {
                     if fault && p.phase == PodPhase::Running && !p.node_lost {
                         out.push(Action::NodeLost(i));
                     }
-                    if fault && p.gated && !p.deleting {
+                    if fault && self.cfg.forge && p.gated && !p.deleting {
                         out.push(Action::LeaseForged(i));
                     }
                 }
@@ -603,10 +623,10 @@ impl Model for LockModel {
             Action::Sync(n, o) => {
                 let (api, cache) = (&w.api, &mut w.ops[n].cache);
                 match o {
-                    Obj::Lease => cache.lease = api.lease.clone(),
-                    Obj::Lock => cache.lock = api.lock.clone(),
-                    Obj::Pod(i) => cache.pods[i] = api.pods[i].clone(),
-                    Obj::Claim(i) => cache.claims[i] = api.claims[i].clone(),
+                    Kind::Lease => cache.lease = api.lease.clone(),
+                    Kind::Lock => cache.lock = api.lock.clone(),
+                    Kind::Pods => cache.pods = api.pods.clone(),
+                    Kind::Claims => cache.claims = api.claims.clone(),
                 }
             }
             Action::Restart(n) => {
@@ -682,7 +702,8 @@ impl Model for LockModel {
             }
             Action::ClaimReleases(i) => {
                 w.procs[i].holding = None;
-                let names_it = w.api.lease.as_ref().and_then(|l| l.holder.as_ref()).is_some_and(|(n, _)| n == CLAIM_NAMES[i]);
+                let names_it =
+                    w.api.lease.as_ref().and_then(|l| l.holder.as_ref()).is_some_and(|(n, _, _)| n == CLAIM_NAMES[i]);
                 if names_it {
                     let rv = w.rv();
                     let lease = w.api.lease.as_mut().unwrap();
@@ -702,7 +723,7 @@ impl Model for LockModel {
                 let rv = w.rv();
                 let p = w.api.pods[i].as_ref()?;
                 let token = w.api.lock.highest + 1;
-                let holder = Some((POD_NAMES[i].to_string(), p.uid.clone()));
+                let holder = Some((POD_NAMES[i].to_string(), p.uid.clone(), HolderKind::Pod));
                 let floor = w.api.lease.as_ref().and_then(|l| l.floor).or(Some(0));
                 w.api.lease = Some(LeaseObj { rv, holder, token, floor, renew: Some(rv) });
             }
@@ -725,7 +746,7 @@ fn env_usize(name: &str, default: usize) -> usize {
 
 /// Runs the checker breadth first to `depth` (or `LEASEHOLD_MODEL_DEPTH`), prints what it
 /// explored, and returns it.
-fn check(name: &str, cfg: Config, depth: usize) -> impl Checker<LockModel> {
+fn check(name: &str, cfg: Config, depth: usize) -> impl Checker<LockModel> + use<> {
     let depth = env_usize("LEASEHOLD_MODEL_DEPTH", depth);
     let states = env_usize("LEASEHOLD_MODEL_STATES", 50_000_000);
     let started = Instant::now();
@@ -751,7 +772,8 @@ fn trace(checker: &impl Checker<LockModel>, property: &'static str) -> Option<St
     let mut out = String::new();
     for (state, action) in path.into_vec() {
         if let Some(a) = action {
-            let _ = writeln!(out, "  {a:?}   (now={} Lease={:?} handed={:?})", state.now, state.api.lease, state.handed);
+            let _ =
+                writeln!(out, "  {a:?}   (now={} Lease={:?} handed={:?})", state.now, state.api.lease, state.handed);
         }
     }
     let last = checker.discovery(property)?.last_state().clone();
@@ -774,30 +796,35 @@ fn assert_safe(name: &str, cfg: Config, depth: usize) {
 
 #[test]
 fn pods_two_operators_lagging_caches_restarts_and_third_party_lease_edits() {
-    let cfg = Config { pods: 2, claims: 0, operators: 2, max_time: 4, faults: 1, restarts: 1, bug: None };
-    assert_safe("pods", cfg, 14);
+    let cfg = Config { pods: 2, claims: 0, operators: 2, max_time: 4, faults: 1, restarts: 1, forge: false, bug: None };
+    assert_safe("pods", cfg, 9);
 }
 
 #[test]
 fn claims_renewal_expiry_pause_and_claim_deletion() {
-    let cfg = Config { pods: 1, claims: 1, operators: 1, max_time: 6, faults: 1, restarts: 1, bug: None };
-    assert_safe("claims", cfg, 16);
+    let cfg = Config { pods: 1, claims: 1, operators: 1, max_time: 6, faults: 1, restarts: 1, forge: false, bug: None };
+    assert_safe("claims", cfg, 11);
 }
 
-/// The checker can fail: with the Lease's compare-and-swap removed from the modelled API
-/// server, two operators with lagging caches grant the lock to two pods at once.
+/// The checker can fail: with the resourceVersion precondition removed from the patch that
+/// ungates a holder, an operator that finishes a grant from a stale view ungates a pod with a
+/// token below one already handed out.
 #[test]
-fn a_planted_bug_lease_updates_without_precondition_is_caught() {
-    let cfg = Config {
-        pods: 2,
-        claims: 0,
-        operators: 2,
-        max_time: 0,
-        faults: 0,
-        restarts: 0,
-        bug: Some(Bug::LeaseWithoutPrecondition),
-    };
-    let checker = check("planted bug", cfg, 12);
+fn a_planted_bug_holder_patch_without_precondition_is_caught() {
+    planted(Bug::HolderPatchWithoutPrecondition, 9);
+}
+
+/// The checker can fail: without the Lease's compare-and-swap, two operators with different
+/// views both change the holder.
+#[test]
+fn a_planted_bug_lease_update_without_precondition_is_caught() {
+    planted(Bug::LeaseWithoutPrecondition, 9);
+}
+
+fn planted(bug: Bug, depth: usize) {
+    let cfg =
+        Config { pods: 2, claims: 0, operators: 2, max_time: 0, faults: 0, restarts: 1, forge: false, bug: Some(bug) };
+    let checker = check(&format!("planted {bug:?}"), cfg, depth);
     let t = trace(&checker, I1)
         .or_else(|| trace(&checker, I2))
         .expect("the checker must find the double grant the planted bug allows");

@@ -21,7 +21,9 @@ use crate::crd::{DistributedLock, DistributedLockStatus, HolderStatus};
 use crate::error::{Error, Result, call};
 use crate::lease;
 use crate::lock::fencing::parse_token;
-use crate::lock::grant::{self, Candidate, Decision, Grant, HolderKind, Phase, Reject, RejectReason, Release, Settings};
+use crate::lock::grant::{
+    self, Candidate, Decision, Grant, HolderKind, Phase, Reject, RejectReason, Release, Settings,
+};
 use crate::lock::machine::{self, Snapshot};
 use crate::lock::policy;
 use crate::lock::{GRANTED_LOCK_ANNOTATION, LOCK_ANNOTATION, SCHEDULING_GATE, TOKEN_ANNOTATION};
@@ -243,6 +245,7 @@ pub fn candidate_of_pod(p: &Pod, lock: &str, node_lost: bool) -> Option<Candidat
         identity: name.clone(),
         name,
         uid: p.metadata.uid.clone()?,
+        resource_version: p.metadata.resource_version.clone().unwrap_or_default(),
         created: p.metadata.creation_timestamp.as_ref()?.0,
         gated: spec
             .and_then(|s| s.scheduling_gates.as_ref())
@@ -271,6 +274,7 @@ pub fn candidate_of_claim(c: &DistributedLockClaim) -> Option<Candidate> {
         name: c.metadata.name.clone()?,
         identity: c.spec.identity.clone(),
         uid: c.metadata.uid.clone()?,
+        resource_version: c.metadata.resource_version.clone().unwrap_or_default(),
         created: c.metadata.creation_timestamp.as_ref()?.0,
         gated: status.token.is_none(),
         node_name: None,
@@ -299,7 +303,11 @@ async fn reserve_tokens(api: &Api<DistributedLock>, lock: &DistributedLock, to: 
 
 /// Second write of a grant, after the Lease write: for a pod, the token annotation and the
 /// removal of the scheduling gate; for a claim, its status (phase Granted, token). Both with the
-/// holder's UID as precondition (a new object with the same name is never granted by mistake).
+/// holder's UID and the resourceVersion the decision saw as preconditions: a new object with the
+/// same name, or one that changed since (deleted, re-annotated, rejected), is never granted from
+/// a stale view (409; the next reconcile decides again). Found by the model checker
+/// (`tests/model.rs`): a grant finished from a stale view ungated a deleted pod with a token
+/// below one already handed out.
 /// Returns the holder as the API server answered.
 async fn patch_holder(ctx: &Context, ns: &str, lock: &DistributedLock, g: &Grant) -> Result<Candidate> {
     let note = format!("{} holds the lock with fencing token {}", g.identity, g.token);
@@ -307,7 +315,7 @@ async fn patch_holder(ctx: &Context, ns: &str, lock: &DistributedLock, g: &Grant
         HolderKind::Pod => {
             let api: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
             let patch = json!({
-                "metadata": { "uid": g.uid, "annotations": {
+                "metadata": { "uid": g.uid, "resourceVersion": g.resource_version, "annotations": {
                     TOKEN_ANNOTATION: g.token.to_string(),
                     GRANTED_LOCK_ANNOTATION: lock.name_any(),
                 } },
@@ -319,7 +327,7 @@ async fn patch_holder(ctx: &Context, ns: &str, lock: &DistributedLock, g: &Grant
         HolderKind::Claim => {
             let api: Api<DistributedLockClaim> = Api::namespaced(ctx.client.clone(), ns);
             let patch = json!({
-                "metadata": { "uid": g.uid },
+                "metadata": { "uid": g.uid, "resourceVersion": g.resource_version },
                 "status": { "phase": "Granted", "token": g.token, "reason": "Granted", "message": note },
             });
             let claim =

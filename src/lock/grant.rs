@@ -43,6 +43,16 @@ pub enum Phase {
     Unknown,
 }
 
+impl HolderKind {
+    /// The `leasehold.dev/holder-kind` value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HolderKind::Pod => "Pod",
+            HolderKind::Claim => "Claim",
+        }
+    }
+}
+
 impl Phase {
     /// Maps the API's phase string; anything unexpected is [`Phase::Unknown`].
     pub fn parse(phase: Option<&str>) -> Self {
@@ -57,9 +67,10 @@ impl Phase {
 }
 
 /// How a holder keeps the lock: explicit per kind, never guessed from behaviour.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub enum HolderKind {
     /// A gated pod, held by its lifecycle until it is terminal or gone.
+    #[default]
     Pod,
     /// A `DistributedLockClaim`, held while its holder renews the Lease at least every
     /// `leaseDurationSeconds` (as seen on the operator's monotonic clock).
@@ -79,6 +90,8 @@ pub struct Candidate {
     pub identity: String,
     /// `metadata.uid`.
     pub uid: String,
+    /// `metadata.resourceVersion` as observed: the precondition of the write that grants it.
+    pub resource_version: String,
     /// `metadata.creationTimestamp`.
     pub created: Timestamp,
     /// `spec.schedulingGates` contains `leasehold.dev/lock`.
@@ -143,6 +156,8 @@ pub struct Holder {
     pub name: String,
     /// Pod UID; `None` if the annotation is missing (never matches a pod).
     pub uid: Option<String>,
+    /// `leasehold.dev/holder-kind` (missing or unknown: [`HolderKind::Pod`]).
+    pub kind: HolderKind,
 }
 
 /// Timeouts from the lock's spec.
@@ -191,6 +206,10 @@ pub struct Grant {
     pub identity: String,
     /// Pod UID.
     pub uid: String,
+    /// `metadata.resourceVersion` of the holder (pod or claim) the decision saw: the patch that
+    /// ungates it carries it as a precondition, so a pod or claim that changed since (deleted,
+    /// re-annotated, rejected) is not granted from a stale view (HTTP 409 instead).
+    pub resource_version: String,
     /// Fencing token.
     pub token: i64,
 }
@@ -474,6 +493,23 @@ fn holder_state(obs: &Observation<'_>, lease: &LeaseView, has_waiters: bool) -> 
     let Some(h) = &lease.holder else { return HolderState::Free };
     let release = |reason| HolderState::Released(Release { name: h.name.clone(), token: lease.token, reason });
     let found = obs.pods.iter().find(|p| p.identity == h.name && Some(&p.uid) == h.uid.as_ref());
+    // A claim holder holds while its process renews, whatever happens to the claim object
+    // (deleted, or marked Rejected by someone): its process may still run, so the lock is free
+    // only once the lease expired, or the holder released it.
+    let claim_holder = found.map_or(h.kind == HolderKind::Claim, |c| c.kind == HolderKind::Claim);
+    if claim_holder && found.is_none_or(|c| c.is_terminal() || c.deleting) {
+        if obs.holder_renewed_ago.is_some_and(|d| d >= obs.settings.lease_duration) {
+            return release(ReleaseReason::Expired);
+        }
+        return HolderState::Holds(Grant {
+            kind: HolderKind::Claim,
+            name: h.name.clone(),
+            identity: h.name.clone(),
+            uid: h.uid.clone().unwrap_or_default(),
+            resource_version: String::new(),
+            token: lease.token,
+        });
+    }
     let Some(c) = found else { return release(ReleaseReason::Gone) };
     match c.phase {
         Phase::Succeeded => return release(ReleaseReason::Succeeded),
@@ -483,13 +519,7 @@ fn holder_state(obs: &Observation<'_>, lease: &LeaseView, has_waiters: bool) -> 
     if c.gated && c.deleting {
         return release(ReleaseReason::DeletedBeforeStart);
     }
-    let g = Grant {
-        kind: c.kind,
-        name: c.name.clone(),
-        identity: c.identity.clone(),
-        uid: c.uid.clone(),
-        token: lease.token,
-    };
+    let g = grant_for(c, lease.token);
     if c.kind == HolderKind::Claim
         && !c.gated
         && obs.holder_renewed_ago.is_some_and(|d| d >= obs.settings.lease_duration)
@@ -570,7 +600,14 @@ fn grant(c: &Candidate, token: Result<i64, TokenExhausted>) -> Result<Grant, Tok
 }
 
 fn grant_for(c: &Candidate, token: i64) -> Grant {
-    Grant { kind: c.kind, name: c.name.clone(), identity: c.identity.clone(), uid: c.uid.clone(), token }
+    Grant {
+        kind: c.kind,
+        name: c.name.clone(),
+        identity: c.identity.clone(),
+        uid: c.uid.clone(),
+        resource_version: c.resource_version.clone(),
+        token,
+    }
 }
 
 fn names(waiters: &[&Candidate]) -> Vec<String> {

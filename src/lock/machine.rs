@@ -109,8 +109,13 @@ pub fn step(snapshot: &Snapshot, now: Duration, clocks: &Clocks) -> Result<Step,
     let waiting: Vec<&str> = candidates.iter().filter(|c| c.is_waiter()).map(|c| c.uid.as_str()).collect();
     clocks.waiting_since.retain(|uid, _| waiting.contains(&uid.as_str()));
 
-    let holder = snapshot.lease.as_ref().and_then(|l| l.holder.as_ref()).and_then(|h| {
-        candidates.iter().find(|c| c.identity == h.name && Some(&c.uid) == h.uid.as_ref())
+    let lease_holder = snapshot.lease.as_ref().and_then(|l| l.holder.as_ref());
+    let found =
+        lease_holder.and_then(|h| candidates.iter().find(|c| c.identity == h.name && Some(&c.uid) == h.uid.as_ref()));
+    // A claim holder whose claim object is gone is still timed: it holds until its lease expires.
+    let orphan = lease_holder.filter(|h| found.is_none() && h.kind == HolderKind::Claim);
+    let holder = found.map(|c| (c.uid.as_str(), c.kind, c.phase, c.node_name.as_ref(), c.node_lost)).or_else(|| {
+        orphan.map(|h| (h.uid.as_deref().unwrap_or_default(), HolderKind::Claim, Phase::Running, None, false))
     });
     let (mut pending_for, mut node_lost_for, mut renewed_ago) = (None, None, None);
     match holder {
@@ -118,22 +123,22 @@ pub fn step(snapshot: &Snapshot, now: Duration, clocks: &Clocks) -> Result<Step,
             clocks.holder = None;
             clocks.node_lost_since.clear();
         }
-        Some(h) => {
+        Some((uid, kind, phase, node_name, node_lost)) => {
             let marker = snapshot.renew_marker.clone();
             let clock = match clocks.holder.take() {
-                Some(mut c) if c.uid == h.uid => {
+                Some(mut c) if c.uid == uid => {
                     if c.renew_marker != marker {
                         c.renew_marker = marker;
                         c.renewed_at = now;
                     }
                     c
                 }
-                _ => HolderClock { uid: h.uid.clone(), renew_marker: marker, since: now, renewed_at: now },
+                _ => HolderClock { uid: uid.to_string(), renew_marker: marker, since: now, renewed_at: now },
             };
-            match h.kind {
+            match kind {
                 HolderKind::Pod => {
-                    pending_for = (h.phase == Phase::Pending).then(|| now.saturating_sub(clock.since));
-                    match (&h.node_name, h.node_lost) {
+                    pending_for = (phase == Phase::Pending).then(|| now.saturating_sub(clock.since));
+                    match (node_name, node_lost) {
                         (Some(node), true) => {
                             let since = *clocks.node_lost_since.entry(node.clone()).or_insert(now);
                             clocks.node_lost_since.retain(|n, _| n == node);
@@ -185,6 +190,7 @@ mod tests {
             name: name.into(),
             identity: name.into(),
             uid: format!("uid-{name}"),
+            resource_version: String::new(),
             created: Timestamp::from_second(created).unwrap(),
             gated: token.is_none(),
             node_name: None,
@@ -202,7 +208,7 @@ mod tests {
         Snapshot {
             settings: SETTINGS,
             lease: Some(LeaseView {
-                holder: Some(Holder { name: "a".into(), uid: Some("uid-a".into()) }),
+                holder: Some(Holder { name: "a".into(), uid: Some("uid-a".into()), kind: HolderKind::Claim }),
                 token: 4,
                 floor: 0,
                 trusted: true,

@@ -17,6 +17,10 @@ pub const TOKEN_ANNOTATION: &str = "leasehold.dev/fencing-token";
 pub const GRANTED_LOCK_ANNOTATION: &str = "leasehold.dev/granted-lock";
 /// Lease annotation: UID of the holder pod, so a new pod with the same name is not the holder.
 pub const HOLDER_UID_ANNOTATION: &str = "leasehold.dev/holder-uid";
+/// Lease annotation: the holder's kind, `Pod` or `Claim` (missing: `Pod`, as Leases written
+/// before it existed). A claim holder whose claim object is gone still holds until its lease
+/// expires: its process may still run.
+pub const HOLDER_KIND_ANNOTATION: &str = "leasehold.dev/holder-kind";
 /// Lease annotation: every token issued before the Lease was (re)created is <= this number.
 pub const TOKEN_FLOOR_ANNOTATION: &str = "leasehold.dev/token-floor";
 /// Label on every Lease the operator manages: the lock's name.

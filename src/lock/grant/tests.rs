@@ -13,6 +13,7 @@ fn pod(name: &str, created: i64) -> Candidate {
         name: name.into(),
         identity: name.into(),
         uid: format!("uid-{name}"),
+        resource_version: String::new(),
         created: Timestamp::from_second(created).unwrap(),
         gated: true,
         node_name: None,
@@ -38,7 +39,7 @@ fn running(name: &str, created: i64, token: i64) -> Candidate {
 
 fn lease(holder: Option<&str>, token: i64) -> LeaseView {
     LeaseView {
-        holder: holder.map(|h| Holder { name: h.into(), uid: Some(format!("uid-{h}")) }),
+        holder: holder.map(|h| Holder { name: h.into(), uid: Some(format!("uid-{h}")), kind: HolderKind::Pod }),
         token,
         floor: 0,
         trusted: true,
@@ -60,7 +61,14 @@ fn obs<'a>(lease: Option<&'a LeaseView>, pods: &'a [Candidate]) -> Observation<'
 }
 
 fn granted(name: &str, token: i64) -> Option<Grant> {
-    Some(Grant { kind: HolderKind::Pod, name: name.into(), identity: name.into(), uid: format!("uid-{name}"), token })
+    Some(Grant {
+        kind: HolderKind::Pod,
+        name: name.into(),
+        identity: name.into(),
+        uid: format!("uid-{name}"),
+        resource_version: String::new(),
+        token,
+    })
 }
 
 #[test]
@@ -192,7 +200,7 @@ fn lost_node_without_waiters_keeps_the_holder() {
 fn lease_naming_an_intruder_is_repaired_to_the_running_holder() {
     let pods = [running("a", 1, 3), pod("b", 2)];
     let mut l = lease(Some("a"), 3);
-    l.holder = Some(Holder { name: "intruder".into(), uid: None });
+    l.holder = Some(Holder { name: "intruder".into(), uid: None, kind: HolderKind::Pod });
     let plan = decide(&obs(Some(&l), &pods)).unwrap();
     assert_eq!(plan.decision, Decision::RepairLease { holder: granted("a", 3).unwrap(), floor: None });
 }
@@ -350,8 +358,14 @@ fn claims_queue_with_pods_and_hold_under_their_identity() {
     let pods = [claim("c", 1), pod("p", 2)];
     let l = lease(None, 0);
     let plan = decide(&obs(Some(&l), &pods)).unwrap();
-    let want =
-        Grant { kind: HolderKind::Claim, name: "c".into(), identity: "c-host".into(), uid: "uid-c".into(), token: 1 };
+    let want = Grant {
+        kind: HolderKind::Claim,
+        name: "c".into(),
+        identity: "c-host".into(),
+        uid: "uid-c".into(),
+        resource_version: String::new(),
+        token: 1,
+    };
     assert_eq!(plan.decision, Decision::UpdateLease { holder: Some(want), released: None, floor: None });
 }
 
@@ -360,7 +374,7 @@ fn claim_holder_that_stops_renewing_expires_and_the_next_waiter_gets_a_higher_to
     let holder = Candidate { gated: false, phase: Phase::Running, token: Some(3), ..claim("c", 1) };
     let pods = [holder, pod("p", 2)];
     let mut l = lease(None, 3);
-    l.holder = Some(Holder { name: "c-host".into(), uid: Some("uid-c".into()) });
+    l.holder = Some(Holder { name: "c-host".into(), uid: Some("uid-c".into()), kind: HolderKind::Claim });
     let o = Observation { holder_renewed_ago: Some(Duration::from_secs(14)), ..obs(Some(&l), &pods) };
     assert_eq!(decide(&o).unwrap().decision, Decision::Idle { requeue_after: Some(Duration::from_secs(1)) });
     let o = Observation { holder_renewed_ago: Some(Duration::from_secs(15)), ..o };
