@@ -182,3 +182,34 @@ async fn hand_edited_lease_or_reannotated_holder_never_yields_a_second_holder() 
     assert!(log.overlaps.is_empty(), "{:?}", log.overlaps);
     ns.cleanup().await;
 }
+
+/// Found by the model checker (`tests/model.rs`): a holder's `DistributedLockClaim` deleted while
+/// its `leasehold lock` process still runs (and renews) must not hand the lock to the next
+/// waiter; once the process is gone, the next waiter gets it after the lease expires.
+#[tokio::test]
+async fn a_granted_claim_deleted_under_its_running_process_keeps_the_lock_until_the_lease_expires() {
+    use leasehold::crd::DistributedLockClaim;
+    let mut ns = TestNs::new("claimgone").await;
+    ns.create_lock("l", json!({"leaseDurationSeconds": 3})).await;
+    ns.start_operator(&[]);
+    let holder = ns.lock_process("holder", &["l", "--identity", "holder", "--", "sh", "-c", "echo ready; sleep 600"]);
+    holder.wait_output("holder runs its command", "ready").await;
+    ns.create_gated_pod("next", "l", "600s").await;
+    let claims = ns.api::<DistributedLockClaim>();
+    claims.delete_collection(&DeleteParams::default(), &Default::default()).await.unwrap();
+    // Two lease durations while the process runs and renews: the waiter stays gated.
+    let pods = ns.api::<Pod>();
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(6);
+    while std::time::Instant::now() < until {
+        let p = pods.get("next").await.unwrap();
+        assert!(is_gated(&p), "the waiter was granted while the deleted claim's process still ran");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    // The process dies without releasing: the lease expires and the waiter is granted.
+    holder.signal_group("KILL");
+    let killed = std::time::Instant::now();
+    let p = wait_pod(&ns, "next", "granted after the lease expired", |p| !is_gated(p)).await;
+    assert!(killed.elapsed() >= std::time::Duration::from_secs(2), "granted before the lease could expire");
+    assert!(token_of(&p).is_some_and(|t| t >= 2), "next token above the holder's");
+    ns.cleanup().await;
+}
