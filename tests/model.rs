@@ -32,8 +32,8 @@
 //!   written above the reservation the API server holds; the operator never moves the Lease's
 //!   token below one it handed out.
 //!
-//! Bounds: `LEASEHOLD_MODEL_DEPTH` (default per configuration below) and
-//! `LEASEHOLD_MODEL_STATES`; `make model` runs deeper. Not modelled yet: start timeout, skip /
+//! Bounds: `LEASEHOLD_MODEL_DEPTH` (replaces each configuration's depth below),
+//! `LEASEHOLD_MODEL_EXTRA_DEPTH` (adds to it; `make model` sets 1) and `LEASEHOLD_MODEL_STATES`. Not modelled yet: start timeout, skip /
 //! max-wait rejections, a lock deleted and recreated, a foreign Lease, watch relists that drop
 //! deletions, liveness (I4).
 
@@ -747,7 +747,7 @@ fn env_usize(name: &str, default: usize) -> usize {
 /// Runs the checker breadth first to `depth` (or `LEASEHOLD_MODEL_DEPTH`), prints what it
 /// explored, and returns it.
 fn check(name: &str, cfg: Config, depth: usize) -> impl Checker<LockModel> + use<> {
-    let depth = env_usize("LEASEHOLD_MODEL_DEPTH", depth);
+    let depth = env_usize("LEASEHOLD_MODEL_DEPTH", depth + env_usize("LEASEHOLD_MODEL_EXTRA_DEPTH", 0));
     let states = env_usize("LEASEHOLD_MODEL_STATES", 50_000_000);
     let started = Instant::now();
     let checker = LockModel { cfg: cfg.clone() }

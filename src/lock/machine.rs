@@ -268,6 +268,8 @@ mod tests {
         let mut s = snapshot("r1");
         s.candidates[0].max_wait = Some(secs(30));
         let first = step(&s, secs(10), &Clocks::default()).unwrap();
+        // The holder renewed meanwhile, so it still holds at 40.
+        let mut s = Snapshot { renew_marker: Some("r2".into()), ..s };
         let st = step(&s, secs(40), &first.clocks).unwrap();
         assert!(matches!(st.plan.decision, Decision::RejectWaiters(ref r) if r[0].name == "b"));
         s.candidates.remove(0);
