@@ -39,6 +39,7 @@
 
 use std::fmt::Write as _;
 use std::hash::Hash;
+use std::io::Write as _;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::jiff::Timestamp;
@@ -757,7 +758,10 @@ fn check(name: &str, cfg: Config, depth: usize) -> impl Checker<LockModel> + use
         .target_state_count(states)
         .spawn_bfs()
         .join();
-    eprintln!(
+    // Straight to stderr (not eprintln!, which the test harness captures): `make test` shows
+    // what each model run explored.
+    let _ = writeln!(
+        std::io::stderr(),
         "model {name}: {cfg:?}: {} states ({} unique), depth {} (bound {depth}), {:.1} s",
         checker.state_count(),
         checker.unique_state_count(),
