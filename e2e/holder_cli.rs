@@ -165,7 +165,7 @@ async fn paused_holder_loses_the_lock_and_its_late_write_is_rejected_by_the_fenc
         "kubectl -n {ns} {as_writer} annotate cm report --overwrite leasehold.dev/fencing-token=$LEASEHOLD_FENCING_TOKEN written-by=$LEASEHOLD_HOLDER && echo wrote=$LEASEHOLD_FENCING_TOKEN; sleep 600",
         ns = ns.ns
     );
-    let mut a = ns.lock_process("a", &["l", "--identity", "a", "--kill-grace", "2s", "--", "sh", "-c", &write]);
+    let mut a = ns.lock_process("a", &["l", "--identity", "a", "--kill-grace", "500ms", "--", "sh", "-c", &write]);
     a.wait_output("a wrote", "wrote=").await;
     let a_token: i64 = a.output().lines().find_map(|l| l.strip_prefix("wrote=")).unwrap().trim().parse().unwrap();
 
@@ -219,7 +219,7 @@ async fn paused_holder_is_fenced_off_by_postgres() {
          -v body=\"'$LEASEHOLD_HOLDER'\" -f {sql}/fenced-update.sql && echo wrote=$LEASEHOLD_FENCING_TOKEN; sleep 600",
         port = postgres_port()
     );
-    let mut a = ns.lock_process("pga", &["l", "--identity", "a", "--kill-grace", "2s", "--", "sh", "-c", &write]);
+    let mut a = ns.lock_process("pga", &["l", "--identity", "a", "--kill-grace", "500ms", "--", "sh", "-c", &write]);
     a.wait_output("a wrote", "wrote=").await;
     assert!(a.output().contains("UPDATE 1"), "{}", a.output());
     let a_token: i64 = a.output().lines().find_map(|l| l.strip_prefix("wrote=")).unwrap().trim().parse().unwrap();
@@ -264,5 +264,61 @@ async fn interrupted_waiter_leaves_the_queue_and_a_missing_command_exits_127() {
     wait_until("holder gone", WAIT, || async { lease_holder(&ns, "l").await.is_none() }).await;
     let mut missing = ns.lock_process("missing", &["l", "--", "/no/such/command"]);
     assert_eq!(missing.wait_exit().await, 127, "log:\n{}", missing.output());
+    ns.cleanup().await;
+}
+
+/// The lock lost under `leasehold lock` (here: the Lease edited to name someone else):
+/// the command's whole process group is stopped, including a grandchild of `sh -c` that ignores
+/// SIGTERM, within the renew deadline plus the default kill grace, which fit inside the lease.
+#[tokio::test]
+async fn a_lost_lock_stops_the_whole_command_group_even_when_it_ignores_sigterm() {
+    let mut ns = TestNs::new("killgroup").await;
+    ns.create_lock("l", json!({"leaseDurationSeconds": 3})).await;
+    ns.start_operator(&[]);
+    let script = "trap '' TERM; sleep 600 & echo grandchild=$!; wait; wait";
+    let mut p = ns.lock_process("group", &["l", "--identity", "stubborn", "--", "sh", "-c", script]);
+    p.wait_output("command started", "grandchild=").await;
+    let out = p.output();
+    let pid: i32 = out.split("grandchild=").nth(1).unwrap().lines().next().unwrap().trim().parse().unwrap();
+    let alive = |pid: i32| std::path::Path::new(&format!("/proc/{pid}")).exists();
+    assert!(alive(pid));
+    // Someone takes the Lease: the next renewal finds it names another holder.
+    let take = json!({"spec": {"holderIdentity": "intruder"}});
+    ns.api::<Lease>().patch("l", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&take)).await.unwrap();
+    let lost = Instant::now();
+    assert_eq!(p.wait_exit().await, 5, "exit status for a lost lock; log:\n{}", p.output());
+    // Detection (< retry period, 0.4 s) + kill grace (0.5 s by default for a 3 s lease).
+    wait_until("the grandchild is dead", Duration::from_secs(3), || async move { !alive(pid) }).await;
+    assert!(lost.elapsed() < Duration::from_secs(3), "the group outlived the lease: {:?}", lost.elapsed());
+    ns.cleanup().await;
+}
+
+/// A waiter whose claim is deleted while it waits gives up with an error instead of waiting
+/// forever; a kill grace that does not fit inside the lease is refused before queueing.
+#[tokio::test]
+async fn a_waiter_whose_claim_is_deleted_gives_up_and_a_too_long_kill_grace_is_refused() {
+    let mut ns = TestNs::new("claimdel").await;
+    ns.create_lock("l", json!({})).await;
+    ns.start_operator(&[]);
+    let holder = ns.lock_process("holder", &["l", "--identity", "holder", "--", "sh", "-c", "echo ready; sleep 600"]);
+    holder.wait_output("holder runs", "ready").await;
+    let mut waiter = ns.lock_process("waiter", &["l", "--identity", "waiter", "--", "true"]);
+    let claims = ns.api::<DistributedLockClaim>();
+    let waiter_claim = || async {
+        claims.list(&Default::default()).await.unwrap().items.into_iter().find(|c| c.spec.identity == "waiter")
+    };
+    wait_until("waiter queued", WAIT, || async { waiter_claim().await.is_some() }).await;
+    let name = waiter_claim().await.unwrap().metadata.name.unwrap();
+    claims.delete(&name, &DeleteParams::default()).await.unwrap();
+    assert_eq!(waiter.wait_exit().await, 1, "log:\n{}", waiter.output());
+    assert!(waiter.output().contains("was deleted while it waited"), "{}", waiter.output());
+
+    let mut greedy = ns.lock_process("greedy", &["l", "--kill-grace", "10s", "--", "true"]);
+    assert_eq!(greedy.wait_exit().await, 1, "log:\n{}", greedy.output());
+    assert!(greedy.output().contains("must be shorter than the lock's lease duration"), "{}", greedy.output());
+    let left: Vec<String> =
+        claims.list(&Default::default()).await.unwrap().items.iter().map(|c| c.spec.identity.clone()).collect();
+    assert_eq!(left, ["holder"], "the refused run left no claim behind");
+    drop(holder);
     ns.cleanup().await;
 }

@@ -465,6 +465,7 @@ impl TestNs {
             .env("KUBECONFIG", &self.kubeconfig)
             .env("PATH", path)
             .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
             .stdout(file.try_clone().unwrap())
             .stderr(file)
             .process_group(0)

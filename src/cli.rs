@@ -84,9 +84,12 @@ pub struct LockArgs {
     /// Time between renewals (default: 2/15 of the lease duration, client-go's 2 s for 15 s).
     #[arg(long)]
     pub retry_period: Option<humantime::Duration>,
-    /// After the lock is lost: time between SIGTERM and SIGKILL to the command.
-    #[arg(long, default_value = "10s")]
-    pub kill_grace: humantime::Duration,
+    /// After the lock is lost: time between SIGTERM and SIGKILL to the command. The renew
+    /// deadline plus this must be shorter than the lock's lease duration, so the command is
+    /// dead before anyone else can be granted (default: half of lease duration minus renew
+    /// deadline, 2.5 s for a 15 s lease).
+    #[arg(long)]
+    pub kill_grace: Option<humantime::Duration>,
     /// The command and its arguments (after `--`).
     #[arg(last = true, required = true)]
     pub command: Vec<String>,

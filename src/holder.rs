@@ -83,6 +83,13 @@ pub enum HolderError {
     /// The lock was lost before the call (release by a holder that no longer holds).
     #[error("not the holder of lock {0} (anymore)")]
     NotHolder(String),
+    /// The first renewal, which proves a grant before the caller may act on it, did not finish
+    /// within the renew deadline (seconds as a [`Duration`]).
+    #[error("the first renewal did not finish within the renew deadline of {0:?}")]
+    FirstRenewalTimeout(Duration),
+    /// The claim was deleted (by someone else) while it waited: it can never be granted.
+    #[error("claim {0} was deleted while it waited for the lock")]
+    ClaimDeleted(String),
 }
 
 fn kube_err(op: &'static str) -> impl FnOnce(kube::Error) -> HolderError {
@@ -104,7 +111,8 @@ pub struct Timings {
 pub enum LostReason {
     /// No renewal succeeded within the renew deadline.
     RenewDeadlineExceeded(Duration),
-    /// The Lease names another holder (or nobody): the lock was taken back.
+    /// The Lease names another holder (or nobody), or it is gone (NotFound, as when its
+    /// namespace is deleted): the lock was taken back.
     Taken,
 }
 
@@ -112,7 +120,7 @@ impl std::fmt::Display for LostReason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             LostReason::RenewDeadlineExceeded(d) => write!(f, "could not renew within the renew deadline of {d:?}"),
-            LostReason::Taken => write!(f, "the Lease no longer names this holder"),
+            LostReason::Taken => write!(f, "the Lease no longer names this holder, or it is gone"),
         }
     }
 }
@@ -224,15 +232,18 @@ impl Holder {
             claims,
             claim_name: claim.name_any(),
             claim_uid: claim.uid().unwrap_or_default(),
+            lease_duration,
             renew_deadline,
             retry_period,
         })
     }
 
-    /// Watches the claim until it is granted (token) or rejected.
+    /// Watches the claim until it is granted (token), rejected, or deleted.
     async fn wait_for_grant(&self, claims: &Api<DistributedLockClaim>, name: &str) -> Result<i64, HolderError> {
         let cfg = watcher::Config::default().fields(&format!("metadata.name={name}"));
         let mut events = watcher(claims.clone(), cfg).default_backoff().boxed();
+        // Whether the current (re)list returned the claim: a list without it means it is gone.
+        let mut listed = false;
         while let Some(ev) = events.next().await {
             let ev = match ev {
                 Ok(ev) => ev,
@@ -241,7 +252,18 @@ impl Holder {
                     continue;
                 }
             };
-            let (watcher::Event::Apply(c) | watcher::Event::InitApply(c)) = ev else { continue };
+            let c = match ev {
+                watcher::Event::Apply(c) | watcher::Event::InitApply(c) => c,
+                watcher::Event::Init => {
+                    listed = false;
+                    continue;
+                }
+                watcher::Event::InitDone if listed => continue,
+                watcher::Event::Delete(_) | watcher::Event::InitDone => {
+                    return Err(HolderError::ClaimDeleted(name.to_string()));
+                }
+            };
+            listed = true;
             let status = c.status.unwrap_or_default();
             if let Some(token) = status.token {
                 return Ok(token);
@@ -263,11 +285,24 @@ pub struct Ticket {
     claims: Api<DistributedLockClaim>,
     claim_name: String,
     claim_uid: String,
+    lease_duration: Duration,
     renew_deadline: Duration,
     retry_period: Duration,
 }
 
 impl Ticket {
+    /// The lock's `leaseDurationSeconds`: how long after this holder's last renewal the operator
+    /// may grant the lock to someone else.
+    pub fn lease_duration(&self) -> Duration {
+        self.lease_duration
+    }
+
+    /// Without a successful renewal for this long, the lock counts as lost (measured from the
+    /// start of the last successful renewal, on this process's monotonic clock).
+    pub fn renew_deadline(&self) -> Duration {
+        self.renew_deadline
+    }
+
     /// Waits (watch) until the claim is granted, then proves the grant with a first renewal.
     /// On error the claim stays queued: call [`Ticket::cancel`].
     ///
@@ -359,7 +394,10 @@ impl LockGuard {
         let claims: Api<DistributedLockClaim> = Api::namespaced(h.client.clone(), &h.namespace);
         // Prove the grant with a first renewal before the caller may act on it.
         let started = Instant::now();
-        match renew(&leases, &h.lock, &h.identity, &claim_uid).await {
+        let first = tokio::time::timeout(renew_deadline, renew(&leases, &h.lock, &h.identity, &claim_uid))
+            .await
+            .unwrap_or(Err(HolderError::FirstRenewalTimeout(renew_deadline)));
+        match first {
             Ok(true) => {}
             Ok(false) => {
                 delete_claim(&claims, &claim_name, &claim_uid).await;
@@ -456,7 +494,9 @@ fn names_us(lease: &Lease, identity: &str, claim_uid: &str) -> bool {
 /// not (lost). Retries on 409 (someone else wrote in between) after re-reading.
 async fn renew(leases: &Api<Lease>, lock: &str, identity: &str, claim_uid: &str) -> Result<bool, HolderError> {
     loop {
-        let mut lease = leases.get(lock).await.map_err(kube_err("get Lease"))?;
+        // NotFound (the Lease, or the namespace, is gone) is a lost lock, not an error to retry:
+        // nobody can prove this holder still holds.
+        let Some(mut lease) = leases.get_opt(lock).await.map_err(kube_err("get Lease"))? else { return Ok(false) };
         if !names_us(&lease, identity, claim_uid) {
             return Ok(false);
         }
@@ -466,6 +506,7 @@ async fn renew(leases: &Api<Lease>, lock: &str, identity: &str, claim_uid: &str)
         match leases.replace(lock, &PostParams::default(), &lease).await {
             Ok(_) => return Ok(true),
             Err(kube::Error::Api(s)) if s.code == 409 => continue,
+            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(false),
             Err(e) => return Err(HolderError::Kube { op: "renew Lease", source: e }),
         }
     }
@@ -507,7 +548,10 @@ async fn renew_loop(
     lost: watch::Sender<Option<LostReason>>,
 ) {
     loop {
-        tokio::time::sleep(retry_period).await;
+        // Never sleep past the deadline: loss is detected within the renew deadline, not
+        // deadline + retry period.
+        let deadline = last_ok + renew_deadline;
+        tokio::time::sleep_until(tokio::time::Instant::from_std((Instant::now() + retry_period).min(deadline))).await;
         // Check the deadline before trying: after a pause (SIGSTOP, GC) the lease may already
         // belong to someone else, and a late renewal must not make us act as holder again.
         let budget = renew_deadline.saturating_sub(last_ok.elapsed());

@@ -65,6 +65,15 @@ async fn run_inner(args: LockArgs) -> anyhow::Result<i32> {
     }
     let on_busy = if args.r#try { OnBusy::Skip } else { OnBusy::Wait };
     let ticket = holder.enqueue(on_busy).await?;
+    let kill_grace = match kill_grace(args.kill_grace.map(Into::into), ticket.lease_duration(), ticket.renew_deadline())
+    {
+        Ok(g) => g,
+        Err(message) => {
+            ticket.cancel().await;
+            eprintln!("leasehold lock: {message}");
+            return Ok(EXIT_ERROR);
+        }
+    };
     // Leave the queue cleanly when interrupted while waiting.
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
@@ -91,19 +100,50 @@ async fn run_inner(args: LockArgs) -> anyhow::Result<i32> {
         Err(e) => return Err(e.into()),
     };
     tracing::info!(lock = %args.lock, identity = %identity, token = guard.token(), "lock granted; starting command");
-    supervise(args, guard).await
+    supervise(args, guard, kill_grace).await
+}
+
+/// The kill grace to use: the one asked for, or half of what the lease leaves after the renew
+/// deadline. Loss is detected at the renew deadline (from the start of the last successful
+/// renewal) and the operator grants no one else before a lease duration after it saw that
+/// renewal, so the command is dead in time only if `renew deadline + kill grace < lease`.
+///
+/// # Errors
+/// A message for the user when the asked-for grace does not fit.
+fn kill_grace(asked: Option<Duration>, lease: Duration, deadline: Duration) -> Result<Duration, String> {
+    let room = lease.saturating_sub(deadline);
+    match asked {
+        None => Ok(room / 2),
+        Some(g) if g < room => Ok(g),
+        Some(g) => Err(format!(
+            "--kill-grace {} plus the renew deadline {} must be shorter than the lock's lease duration {}: \
+             otherwise a command that ignores SIGTERM could still run when the next holder is granted",
+            humantime::format_duration(g),
+            humantime::format_duration(deadline),
+            humantime::format_duration(lease)
+        )),
+    }
 }
 
 /// Runs the command under `guard`; stops it if the lock is lost.
-async fn supervise(args: LockArgs, guard: LockGuard) -> anyhow::Result<i32> {
+///
+/// Unless standard input is a terminal (an interactive command must stay in the terminal's
+/// foreground process group), the command runs in a process group of its own, and signals go to
+/// the whole group: the children of `sh -c` are stopped with it.
+async fn supervise(args: LockArgs, guard: LockGuard, grace: Duration) -> anyhow::Result<i32> {
+    use std::io::IsTerminal;
     let (program, rest) = args.command.split_first().ok_or_else(|| anyhow::anyhow!("no command given"))?;
-    let mut child = match Command::new(program)
+    let own_group = !std::io::stdin().is_terminal();
+    let mut command = Command::new(program);
+    command
         .args(rest)
         .env("LEASEHOLD_FENCING_TOKEN", guard.token().to_string())
         .env("LEASEHOLD_HOLDER", guard.identity())
-        .env("LEASEHOLD_LOCK", &args.lock)
-        .spawn()
-    {
+        .env("LEASEHOLD_LOCK", &args.lock);
+    if own_group {
+        command.process_group(0);
+    }
+    let mut child = match command.spawn() {
         Ok(c) => c,
         Err(e) => {
             let _ = guard.release().await;
@@ -112,7 +152,9 @@ async fn supervise(args: LockArgs, guard: LockGuard) -> anyhow::Result<i32> {
             return Ok(if e.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 });
         }
     };
-    let pid = Pid::from_raw(child.id().map(|p| p as i32).unwrap_or(0));
+    let raw = child.id().map(|p| p as i32).unwrap_or(0);
+    // kill(2) with a negative pid signals the process group.
+    let pid = Pid::from_raw(if own_group { -raw } else { raw });
     // Every forwarded signal, from one channel.
     let (sig_tx, mut sig_rx) = tokio::sync::mpsc::unbounded_channel::<Signal>();
     for (kind, sig) in FORWARDED {
@@ -130,6 +172,10 @@ async fn supervise(args: LockArgs, guard: LockGuard) -> anyhow::Result<i32> {
         tokio::select! {
             status = child.wait() => {
                 let status = status?;
+                if own_group {
+                    // What the command left behind in its group must not run on without the lock.
+                    let _ = kill(pid, Signal::SIGKILL);
+                }
                 if let Err(e) = guard.release().await {
                     eprintln!("leasehold lock: release failed: {e}");
                 }
@@ -138,10 +184,13 @@ async fn supervise(args: LockArgs, guard: LockGuard) -> anyhow::Result<i32> {
             reason = guard.lost() => {
                 eprintln!("leasehold lock: lost lock {} ({reason}); stopping the command", args.lock);
                 let _ = kill(pid, Signal::SIGTERM);
-                let grace: Duration = args.kill_grace.into();
                 if tokio::time::timeout(grace, child.wait()).await.is_err() {
                     let _ = kill(pid, Signal::SIGKILL);
                     let _ = child.wait().await;
+                }
+                if own_group {
+                    // The command is gone; its group may not be (a child that ignored SIGTERM).
+                    let _ = kill(pid, Signal::SIGKILL);
                 }
                 let _ = guard.release().await;
                 return Ok(EXIT_LOST);
@@ -174,4 +223,27 @@ async fn default_identity(client: &kube::Client) -> String {
     }
     let host = nix::unistd::gethostname().ok().and_then(|h| h.into_string().ok()).unwrap_or_else(|| "host".into());
     format!("{host}-{}", std::process::id())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn secs(s: u64) -> Duration {
+        Duration::from_secs(s)
+    }
+
+    #[test]
+    fn the_default_kill_grace_fits_inside_the_lease() {
+        assert_eq!(kill_grace(None, secs(15), secs(10)), Ok(Duration::from_millis(2500)));
+        assert_eq!(kill_grace(None, secs(3), secs(2)), Ok(Duration::from_millis(500)));
+        assert_eq!(kill_grace(Some(secs(4)), secs(15), secs(10)), Ok(secs(4)));
+    }
+
+    #[test]
+    fn a_kill_grace_that_outlasts_the_lease_is_refused() {
+        let err = kill_grace(Some(secs(10)), secs(15), secs(10)).unwrap_err();
+        assert!(err.contains("--kill-grace 10s plus the renew deadline 10s"), "{err}");
+        assert!(kill_grace(Some(secs(5)), secs(15), secs(10)).is_err());
+    }
 }
