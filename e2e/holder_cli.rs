@@ -322,3 +322,39 @@ async fn a_waiter_whose_claim_is_deleted_gives_up_and_a_too_long_kill_grace_is_r
     drop(holder);
     ns.cleanup().await;
 }
+
+/// `leasehold lock` itself SIGKILLed (as the OOM killer would) while its command runs: the
+/// watchdog in the command's group stops the command (here one that ignores SIGTERM, and its
+/// child) before the next holder is granted.
+#[tokio::test]
+async fn a_killed_leasehold_lock_does_not_leave_its_command_running() {
+    let mut ns = TestNs::new("orphan").await;
+    ns.create_lock("l", json!({"leaseDurationSeconds": 3})).await;
+    ns.start_operator(&[]);
+    let script = "trap '' TERM; sleep 600 & echo pids=$$,$!; wait; wait";
+    let a = ns.lock_process("a", &["l", "--identity", "a", "--", "sh", "-c", script]);
+    a.wait_output("a's command started", "pids=").await;
+    let out = a.output();
+    let pids: Vec<i32> = out
+        .split("pids=")
+        .nth(1)
+        .unwrap()
+        .lines()
+        .next()
+        .unwrap()
+        .split(',')
+        .map(|p| p.trim().parse().unwrap())
+        .collect();
+    let alive = |pid: i32| {
+        // A zombie (exited, not yet reaped by anyone) does not run.
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))
+    };
+    assert!(pids.iter().all(|p| alive(*p)));
+    let b = ns.lock_process("b", &["l", "--identity", "b", "--", "sh", "-c", "echo b-runs; sleep 600"]);
+    a.signal("KILL"); // leasehold lock only, not its command's group
+    let killed = Instant::now();
+    b.wait_output("b runs", "b-runs").await;
+    let dead = pids.iter().all(|p| !alive(*p));
+    assert!(dead, "a's command still ran when b was granted ({:?} after the kill)", killed.elapsed());
+    ns.cleanup().await;
+}

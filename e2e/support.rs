@@ -399,7 +399,8 @@ pub struct LockProcess {
 }
 
 impl LockProcess {
-    /// Sends `sig` to the whole process group (`leasehold lock` and its command).
+    /// Sends `sig` to the process group of `leasehold lock` (its command and the watchdog run in a
+    /// group of their own).
     pub fn signal_group(&self, sig: &str) {
         let status = Command::new("kill").args([&format!("-{sig}"), "--", &format!("-{}", self.child.id())]).status();
         assert!(status.is_ok_and(|s| s.success()), "kill -{sig} group");

@@ -23,6 +23,9 @@ pub enum Command {
     Operator(OperatorArgs),
     /// Run a command while holding a lock (waits for the grant, renews, releases on exit).
     Lock(LockArgs),
+    /// Internal: the watchdog `leasehold lock` starts beside its command ([`crate::watchdog`]).
+    #[command(hide = true)]
+    LockWatchdog(crate::watchdog::WatchdogArgs),
     /// Print the CustomResourceDefinitions as YAML (what `crds/` contains).
     Crd {
         /// Write one file per CRD (`<group>_<plural>.yaml`) into this directory instead.

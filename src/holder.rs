@@ -378,6 +378,7 @@ pub struct LockGuard {
     leases: Api<Lease>,
     claims: Api<DistributedLockClaim>,
     lost_rx: watch::Receiver<Option<LostReason>>,
+    renewed_rx: watch::Receiver<Instant>,
     renewer: tokio::task::JoinHandle<()>,
 }
 
@@ -410,6 +411,7 @@ impl LockGuard {
             }
         }
         let (lost_tx, lost_rx) = watch::channel(None);
+        let (renewed_tx, renewed_rx) = watch::channel(started);
         let renewer = tokio::spawn(renew_loop(
             leases.clone(),
             h.lock.clone(),
@@ -419,6 +421,7 @@ impl LockGuard {
             renew_deadline,
             retry_period,
             lost_tx,
+            renewed_tx,
         ));
         Ok(LockGuard {
             lock: h.lock.clone(),
@@ -429,6 +432,7 @@ impl LockGuard {
             leases,
             claims,
             lost_rx,
+            renewed_rx,
             renewer,
         })
     }
@@ -441,6 +445,12 @@ impl LockGuard {
     /// The identity this lock is held under.
     pub fn identity(&self) -> &str {
         &self.identity
+    }
+
+    /// The start of the last successful renewal (this process's monotonic clock), updated on
+    /// every renewal: the renew deadline runs from it.
+    pub fn last_renewal(&self) -> watch::Receiver<Instant> {
+        self.renewed_rx.clone()
     }
 
     /// Whether the lock has been lost.
@@ -546,6 +556,7 @@ async fn renew_loop(
     renew_deadline: Duration,
     retry_period: Duration,
     lost: watch::Sender<Option<LostReason>>,
+    renewed: watch::Sender<Instant>,
 ) {
     loop {
         // Never sleep past the deadline: loss is detected within the renew deadline, not
@@ -561,7 +572,10 @@ async fn renew_loop(
         }
         let attempt = Instant::now();
         match tokio::time::timeout(budget, renew(&leases, &lock, &identity, &claim_uid)).await {
-            Ok(Ok(true)) => last_ok = attempt,
+            Ok(Ok(true)) => {
+                last_ok = attempt;
+                let _ = renewed.send(attempt);
+            }
             Ok(Ok(false)) => {
                 let _ = lost.send(Some(LostReason::Taken));
                 return;

@@ -17,5 +17,6 @@ pub mod lock;
 pub mod lock_cli;
 pub mod metrics;
 pub mod telemetry;
+pub mod watchdog;
 
 pub use error::{Error, Result};

@@ -65,6 +65,7 @@ async fn run_inner(args: LockArgs) -> anyhow::Result<i32> {
     }
     let on_busy = if args.r#try { OnBusy::Skip } else { OnBusy::Wait };
     let ticket = holder.enqueue(on_busy).await?;
+    let ticket_deadline = ticket.renew_deadline();
     let kill_grace = match kill_grace(args.kill_grace.map(Into::into), ticket.lease_duration(), ticket.renew_deadline())
     {
         Ok(g) => g,
@@ -100,7 +101,7 @@ async fn run_inner(args: LockArgs) -> anyhow::Result<i32> {
         Err(e) => return Err(e.into()),
     };
     tracing::info!(lock = %args.lock, identity = %identity, token = guard.token(), "lock granted; starting command");
-    supervise(args, guard, kill_grace).await
+    supervise(args, guard, kill_grace, ticket_deadline).await
 }
 
 /// The kill grace to use: the one asked for, or half of what the lease leaves after the renew
@@ -130,7 +131,7 @@ fn kill_grace(asked: Option<Duration>, lease: Duration, deadline: Duration) -> R
 /// Unless standard input is a terminal (an interactive command must stay in the terminal's
 /// foreground process group), the command runs in a process group of its own, and signals go to
 /// the whole group: the children of `sh -c` are stopped with it.
-async fn supervise(args: LockArgs, guard: LockGuard, grace: Duration) -> anyhow::Result<i32> {
+async fn supervise(args: LockArgs, guard: LockGuard, grace: Duration, deadline: Duration) -> anyhow::Result<i32> {
     use std::io::IsTerminal;
     let (program, rest) = args.command.split_first().ok_or_else(|| anyhow::anyhow!("no command given"))?;
     let own_group = !std::io::stdin().is_terminal();
@@ -155,6 +156,7 @@ async fn supervise(args: LockArgs, guard: LockGuard, grace: Duration) -> anyhow:
     let raw = child.id().map(|p| p as i32).unwrap_or(0);
     // kill(2) with a negative pid signals the process group.
     let pid = Pid::from_raw(if own_group { -raw } else { raw });
+    let _watchdog = start_watchdog(&guard, pid, raw, own_group, deadline, grace);
     // Every forwarded signal, from one channel.
     let (sig_tx, mut sig_rx) = tokio::sync::mpsc::unbounded_channel::<Signal>();
     for (kind, sig) in FORWARDED {
@@ -175,6 +177,13 @@ async fn supervise(args: LockArgs, guard: LockGuard, grace: Duration) -> anyhow:
                 if own_group {
                     // What the command left behind in its group must not run on without the lock.
                     let _ = kill(pid, Signal::SIGKILL);
+                }
+                // Ended by the watchdog, or while this process was paused past the deadline:
+                // the command did not finish under the lock.
+                if guard.is_lost() || guard.last_renewal().borrow().elapsed() >= deadline {
+                    eprintln!("leasehold lock: lost lock {} while the command ran; it was stopped", args.lock);
+                    let _ = guard.release().await;
+                    return Ok(EXIT_LOST);
                 }
                 if let Err(e) = guard.release().await {
                     eprintln!("leasehold lock: release failed: {e}");
@@ -200,6 +209,50 @@ async fn supervise(args: LockArgs, guard: LockGuard, grace: Duration) -> anyhow:
             }
         }
     }
+}
+
+/// Starts [`crate::watchdog`] for `target` (in the command's process group when it has one) and
+/// feeds it every renewal. `None` (with a warning) if it cannot be started: the command then
+/// runs without the watchdog's protection against `leasehold lock` itself dying.
+fn start_watchdog(
+    guard: &LockGuard,
+    target: Pid,
+    group: i32,
+    own_group: bool,
+    deadline: Duration,
+    grace: Duration,
+) -> Option<tokio::process::Child> {
+    use tokio::io::AsyncWriteExt;
+    let exe = std::env::current_exe().ok()?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("lock-watchdog")
+        .args(["--target", &target.as_raw().to_string()])
+        .args(["--renew-deadline-ms", &deadline.as_millis().to_string()])
+        .args(["--kill-grace-ms", &grace.as_millis().to_string()])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .kill_on_drop(true);
+    if own_group {
+        cmd.process_group(group);
+    }
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("leasehold lock: cannot start the watchdog ({e}); the command runs without it");
+            return None;
+        }
+    };
+    let mut stdin = child.stdin.take()?;
+    let mut renewed = guard.last_renewal();
+    tokio::spawn(async move {
+        loop {
+            let age = renewed.borrow_and_update().elapsed().as_millis();
+            if stdin.write_all(format!("{age}\n").as_bytes()).await.is_err() || renewed.changed().await.is_err() {
+                return;
+            }
+        }
+    });
+    Some(child)
 }
 
 /// The command's exit code, or 128 + signal number when a signal ended it (shell convention).

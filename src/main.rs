@@ -17,6 +17,7 @@ async fn main() -> anyhow::Result<()> {
             leasehold::telemetry::init(leasehold::telemetry::LogFormat::Plain);
             std::process::exit(leasehold::lock_cli::run(args).await);
         }
+        Command::LockWatchdog(args) => leasehold::watchdog::run(args),
         Command::Operator(args) => {
             leasehold::telemetry::init(args.log_format);
             leasehold::controller::run(args).await?;
