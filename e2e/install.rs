@@ -927,6 +927,8 @@ async fn only_the_operator_may_change_lease_holders_and_holders_renew_only_their
     }
     let p = json!({"metadata": {"annotations": {HOLDER_UID_ANNOTATION: "forged"}}});
     assert_denied(mallory.patch("l", &pp, &Patch::Merge(&p)).await, &policy, "holder-uid");
+    let p = json!({"metadata": {"annotations": {leasehold::lock::HOLDER_KIND_ANNOTATION: "Pod"}}});
+    assert_denied(mallory.patch("l", &pp, &Patch::Merge(&p)).await, &policy, "holder-kind");
     let p = json!({"metadata": {"labels": {LEASE_LABEL: null}}});
     assert_denied(mallory.patch("l", &pp, &Patch::Merge(&p)).await, &policy, "label");
     // ...nor create a Leasehold Lease that names a holder.

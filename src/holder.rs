@@ -46,7 +46,7 @@ use kube::{Client, ResourceExt};
 use tokio::sync::watch;
 
 use crate::crd::{ClaimPhase, DistributedLock, DistributedLockClaim, DistributedLockClaimSpec, OnBusy};
-use crate::lock::HOLDER_UID_ANNOTATION;
+use crate::lock::{HOLDER_KIND_ANNOTATION, HOLDER_UID_ANNOTATION};
 
 /// Why a holder call failed.
 #[derive(Debug, thiserror::Error)]
@@ -537,6 +537,7 @@ async fn clear_holder(leases: &Api<Lease>, lock: &str, identity: &str, claim_uid
         }
         if let Some(a) = lease.metadata.annotations.as_mut() {
             a.remove(HOLDER_UID_ANNOTATION);
+            a.remove(HOLDER_KIND_ANNOTATION);
         }
         match leases.replace(lock, &PostParams::default(), &lease).await {
             Ok(_) => return Ok(true),
