@@ -213,3 +213,45 @@ async fn a_granted_claim_deleted_under_its_running_process_keeps_the_lock_until_
     assert!(token_of(&p).is_some_and(|t| t >= 2), "next token above the holder's");
     ns.cleanup().await;
 }
+
+/// A Lease with the lock's name that the operator does not own (here: unlabelled, so not in the
+/// operator's Lease cache): `Ready=False LeaseNotOwned`, one Warning Event, the waiter counted,
+/// no token-reservation loop; once the Lease is gone, the waiter is granted.
+#[tokio::test]
+async fn a_foreign_lease_with_the_locks_name_is_reported_once_without_a_reservation_loop() {
+    use k8s_openapi::api::events::v1::Event;
+    use kube::api::{ListParams, Patch, PatchParams};
+    let mut ns = TestNs::new("foreign").await;
+    let foreign: Lease =
+        serde_json::from_value(json!({"metadata": {"name": "l"}, "spec": {"holderIdentity": "someone-else"}})).unwrap();
+    ns.api::<Lease>().create(&PostParams::default(), &foreign).await.unwrap();
+    ns.create_lock("l", json!({})).await;
+    ns.create_gated_pod("waiter", "l", "1s").await;
+    ns.start_operator(&[]);
+    let locks = ns.api::<DistributedLock>();
+    let not_ready = |l: &DistributedLock| {
+        l.status.as_ref().is_some_and(|s| {
+            s.waiting == 1
+                && s.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "False" && c.reason == "LeaseNotOwned")
+        })
+    };
+    wait_until("Ready=False LeaseNotOwned with the waiter counted", WAIT, || async {
+        locks.get("l").await.is_ok_and(|l| not_ready(&l))
+    })
+    .await;
+    // A few seconds later: no reservation loop, one Event, the waiter still gated.
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    let lock = locks.get("l").await.unwrap();
+    let ceiling = lock.status.as_ref().map_or(0, |s| s.token_ceiling);
+    assert!(ceiling <= 1000, "token reservations kept going: ceiling {ceiling}");
+    let events = ns.api::<Event>().list(&ListParams::default()).await.unwrap();
+    let reported = events.items.iter().filter(|e| e.reason.as_deref() == Some("LeaseNotOwned")).count();
+    assert_eq!(reported, 1, "one Warning Event, not one per reconcile");
+    assert!(is_gated(&ns.api::<Pod>().get("waiter").await.unwrap()));
+    // The foreign Lease is removed; the next reconcile (here forced by a label) grants the waiter.
+    ns.api::<Lease>().delete("l", &DeleteParams::default()).await.unwrap();
+    let touch = json!({"metadata": {"labels": {"touched": "yes"}}});
+    locks.patch("l", &PatchParams::default(), &Patch::Merge(&touch)).await.unwrap();
+    wait_pod(&ns, "waiter", "granted once the foreign Lease is gone", |p| !is_gated(p)).await;
+    ns.cleanup().await;
+}

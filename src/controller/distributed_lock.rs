@@ -14,7 +14,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
-use super::{Context, backoff_for};
+use super::Context;
 use crate::crd::condition::{self, reason};
 use crate::crd::{ClaimPhase, DistributedLockClaim, OnBusy};
 use crate::crd::{DistributedLock, DistributedLockStatus, HolderStatus};
@@ -34,6 +34,8 @@ const TOKEN_FIELD_MANAGER: &str = "leasehold.dev/tokens";
 /// Most writes one reconcile does before handing back to the controller (reserve, create,
 /// grant, patch pod, status). A loop that does not settle is a bug; this bounds its cost.
 const MAX_STEPS: usize = 8;
+/// How often a lock whose Lease belongs to someone else looks again (that Lease is not watched).
+const FOREIGN_LEASE_RECHECK: Duration = Duration::from_secs(60);
 /// How many waiters `status.waiters` lists.
 const STATUS_WAITERS: usize = 10;
 
@@ -48,10 +50,21 @@ pub async fn reconcile(lock: Arc<DistributedLock>, ctx: Arc<Context>) -> Result<
 
     let mut lock = (*lock).clone();
     let mut lease_obj = ctx.leases.get(&ObjectRef::new(&name).within(&ns)).map(|l| (*l).clone());
+    if lease_obj.is_none() {
+        // The Lease cache holds only Leases labelled leasehold.dev/lock: one that someone else
+        // made with the lock's name is invisible there, and creating ours would fail with 409
+        // again and again (each try reserving a new block of tokens). One read before anything
+        // is reserved or created.
+        lease_obj = call("get Lease", lease_api.get_opt(&name)).await?;
+    }
     if let Some(l) = &lease_obj
         && !lease::is_owned_by(l, &lock)
     {
-        return report_foreign_lease(&lock_api, &lock, &ctx).await;
+        let message = Error::LeaseNotOwned(name.clone()).to_string();
+        let waiters = waiters_of(&candidates_of(&ctx, &ns, &name));
+        report_not_ready(&lock_api, &lock, &ctx, reason::LEASE_NOT_OWNED, &message, Some(&waiters)).await?;
+        // Changes to an unlabelled Lease are not watched: look again in a while.
+        return Ok(Action::requeue(FOREIGN_LEASE_RECHECK));
     }
     let settings = Settings {
         start_timeout: Duration::from_secs(lock.spec.start_timeout_seconds.max(1) as u64),
@@ -76,7 +89,17 @@ pub async fn reconcile(lock: Arc<DistributedLock>, ctx: Arc<Context>) -> Result<
         (snapshot.ceiling, snapshot.highest_token) = (status.token_ceiling, status.highest_token);
         let now = ctx.started.elapsed();
         let clocks = ctx.clocks.lock().unwrap_or_else(|e| e.into_inner()).get(&lock_uid).cloned().unwrap_or_default();
-        let step = machine::step(&snapshot, now, &clocks)?;
+        let step = match machine::step(&snapshot, now, &clocks) {
+            Ok(s) => s,
+            Err(e) => {
+                // Nothing more can be granted (a Lease token set near i64::MAX by hand): say so
+                // once, and wait for someone to fix the Lease or recreate the lock.
+                let message = format!("{e}: no further grant is possible; delete the lock's Lease or the lock");
+                let waiters = waiters_of(&snapshot.candidates);
+                report_not_ready(&lock_api, &lock, &ctx, reason::TOKEN_EXHAUSTED, &message, Some(&waiters)).await?;
+                return Ok(Action::await_change());
+            }
+        };
         ctx.clocks.lock().unwrap_or_else(|e| e.into_inner()).insert(lock_uid.clone(), step.clocks);
         let plan = step.plan;
         tracing::debug!(lock = %name, namespace = %ns, decision = ?plan.decision, "decided");
@@ -163,6 +186,7 @@ pub async fn reconcile(lock: Arc<DistributedLock>, ctx: Arc<Context>) -> Result<
                 }
             }
             Decision::Idle { requeue_after } => {
+                ctx.failures.lock().unwrap_or_else(|e| e.into_inner()).remove(&lock_uid);
                 write_status(&lock_api, &lock, lease_obj.as_ref(), &plan.holder, &plan.waiters, &ctx).await?;
                 return Ok(match requeue_after {
                     Some(d) => Action::requeue(d + Duration::from_millis(50)),
@@ -175,18 +199,43 @@ pub async fn reconcile(lock: Arc<DistributedLock>, ctx: Arc<Context>) -> Result<
     Ok(Action::requeue(Duration::from_millis(100)))
 }
 
-/// Requeues after an error, counts it, and leaves a Warning Event for anything but conflicts.
+/// Requeues after an error with a per-lock exponential backoff with jitter (200 ms for a
+/// conflict or NotFound, which re-observing fixes; otherwise from 1 s, doubling up to 5 min), and
+/// counts it. Anything but a conflict also turns the lock `Ready=False` with the error as message
+/// (one Warning Event when the condition changes, not one per failure), so `kubectl wait
+/// --for=condition=Ready` tells the truth; the next successful reconcile sets it back.
 pub fn error_policy(lock: Arc<DistributedLock>, error: &Error, ctx: Arc<Context>) -> Action {
     Metrics::inc(&ctx.metrics.reconcile_errors, error.reason());
-    if !error.is_conflict() {
-        tracing::warn!(lock = %lock.name_any(), error = %error, "reconcile failed");
-        let ctx2 = ctx.clone();
-        let r = lock.object_ref(&());
-        let note = error.to_string();
-        let reason = error.reason();
-        tokio::spawn(async move { ctx2.event(&r, EventType::Warning, reason, note, "Reconcile").await });
+    if error.is_conflict() || error.is_not_found() {
+        return Action::requeue(Duration::from_millis(200));
     }
-    backoff_for(error)
+    tracing::warn!(lock = %lock.name_any(), error = %error, "reconcile failed");
+    let uid = lock.uid().unwrap_or_default();
+    let failures = {
+        let mut f = ctx.failures.lock().unwrap_or_else(|e| e.into_inner());
+        let n = f.entry(uid).or_insert(0);
+        *n = n.saturating_add(1);
+        *n
+    };
+    let message = error.to_string();
+    tokio::spawn(async move {
+        let Some(ns) = lock.namespace() else { return };
+        let api: Api<DistributedLock> = Api::namespaced(ctx.client.clone(), &ns);
+        if let Err(e) = report_not_ready(&api, &lock, &ctx, reason::RECONCILE_ERROR, &message, None).await {
+            tracing::debug!(error = %e, "could not report the failure in status");
+        }
+    });
+    Action::requeue(backoff(failures))
+}
+
+/// `failures`-th consecutive failure: 1 s doubling up to 5 min, each with up to 50 % random
+/// jitter so that many failing locks (a namespace being deleted) do not retry in step.
+fn backoff(failures: u32) -> Duration {
+    use std::hash::{BuildHasher, Hasher};
+    let doubling = 1u32 << failures.saturating_sub(1).min(9);
+    let base = Duration::from_secs(1).saturating_mul(doubling).min(Duration::from_secs(300));
+    let random = std::collections::hash_map::RandomState::new().build_hasher().finish();
+    base + base.mul_f64((random % 1000) as f64 / 2000.0)
 }
 
 fn count_conflict(m: &Metrics, e: &Error) {
@@ -501,22 +550,51 @@ async fn patch_status_view(
         .map(|_| ())
 }
 
-async fn report_foreign_lease(api: &Api<DistributedLock>, lock: &DistributedLock, ctx: &Context) -> Result<Action> {
-    let err = Error::LeaseNotOwned(lock.name_any());
-    let mut status = lock.status.clone().unwrap_or_default();
-    let changed = condition::set(
-        &mut status.conditions,
-        condition::READY,
-        false,
-        reason::LEASE_NOT_OWNED,
-        &err.to_string(),
-        lock.meta().generation,
-        Timestamp::now(),
-    );
+/// Waiting candidates' names in grant order.
+fn waiters_of(candidates: &[Candidate]) -> Vec<String> {
+    let mut waiters: Vec<&Candidate> = candidates.iter().filter(|c| c.is_waiter()).collect();
+    crate::lock::queue::sort(&mut waiters);
+    waiters.iter().map(|c| c.name.clone()).collect()
+}
+
+/// The lock cannot be served: `Ready=False` with `reason` and `message`, the waiters still
+/// counted, and one Warning Event when the condition changes (not one per reconcile).
+async fn report_not_ready(
+    api: &Api<DistributedLock>,
+    lock: &DistributedLock,
+    ctx: &Context,
+    why: &str,
+    message: &str,
+    waiters: Option<&[String]>,
+) -> Result<()> {
+    let old = lock.status.clone().unwrap_or_default();
+    let mut status = old.clone();
+    if let Some(waiters) = waiters {
+        status.waiting = waiters.len() as i32;
+        status.waiters = waiters.iter().take(STATUS_WAITERS).cloned().collect();
+    }
+    let now = Timestamp::now();
+    let changed =
+        condition::set(&mut status.conditions, condition::READY, false, why, message, lock.meta().generation, now);
     if changed {
-        ctx.event(&lock.object_ref(&()), EventType::Warning, reason::LEASE_NOT_OWNED, err.to_string(), "Reconcile")
-            .await;
+        ctx.event(&lock.object_ref(&()), EventType::Warning, why, message.to_string(), "Reconcile").await;
+    }
+    if status != old {
         patch_status_view(api, lock, &status).await?;
     }
-    Ok(Action::await_change())
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_with_jitter_up_to_five_minutes() {
+        for (failures, base) in [(1, 1), (2, 2), (3, 4), (10, 300), (100, 300)] {
+            let d = backoff(failures);
+            let base = Duration::from_secs(base);
+            assert!(d >= base && d <= base.mul_f64(1.5), "failure {failures}: {d:?}");
+        }
+    }
 }

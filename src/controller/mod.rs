@@ -52,6 +52,8 @@ pub struct Context {
     /// process's monotonic clock, in memory: after a restart timeouts start over (later, never
     /// earlier), as client-go's leader election does.
     pub clocks: Mutex<HashMap<String, crate::lock::machine::Clocks>>,
+    /// Consecutive reconcile failures per lock UID, for the backoff; cleared on success.
+    pub failures: Mutex<HashMap<String, u32>>,
     /// Origin of the monotonic time handed to [`crate::lock::machine::step`].
     pub started: Instant,
     /// Test-only crash point (`LEASEHOLD_FAILPOINT`), see [`Context::failpoint`].
@@ -230,6 +232,7 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
         metrics: metrics.clone(),
         clocks: Mutex::default(),
         started: Instant::now(),
+        failures: Mutex::default(),
         failpoint: std::env::var("LEASEHOLD_FAILPOINT").ok(),
     });
 

@@ -16,6 +16,8 @@ pub mod reason {
     pub const RECONCILED: &str = "Reconciled";
     /// The Lease with the lock's name exists but is not controlled by this lock.
     pub const LEASE_NOT_OWNED: &str = "LeaseNotOwned";
+    /// The next fencing token would not fit in an int64 (a Lease token set by hand near the top).
+    pub const TOKEN_EXHAUSTED: &str = "TokenExhausted";
     /// A write failed; the message says which.
     pub const RECONCILE_ERROR: &str = "ReconcileError";
     /// A pod holds the lock.
