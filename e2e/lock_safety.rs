@@ -255,3 +255,37 @@ async fn a_foreign_lease_with_the_locks_name_is_reported_once_without_a_reservat
     wait_pod(&ns, "waiter", "granted once the foreign Lease is gone", |p| !is_gated(p)).await;
     ns.cleanup().await;
 }
+
+/// A lock deleted and recreated with the same name while its holder still runs: the new lock
+/// object does not ignore that holder (no second holder while it runs), and its next token is
+/// above the running holder's, so a resource fenced by the old tokens accepts the new holder.
+#[tokio::test]
+async fn a_lock_recreated_while_its_holder_runs_waits_for_it_and_continues_above_its_token() {
+    let mut ns = TestNs::new("recreate").await;
+    ns.create_lock("l", json!({})).await;
+    ns.start_operator(&[]);
+    ns.create_gated_pod("old", "l", "600s").await;
+    let old_token = token_of(&wait_pod(&ns, "old", "granted", |p| !is_gated(p)).await).unwrap();
+    let locks = ns.api::<DistributedLock>();
+    locks.delete("l", &DeleteParams::default()).await.unwrap();
+    let leases = ns.api::<Lease>();
+    wait_until("Lease garbage-collected", WAIT, || async { leases.get_opt("l").await.ok().flatten().is_none() }).await;
+    ns.create_lock("l", json!({})).await;
+    ns.create_gated_pod("new", "l", "600s").await;
+    // The new lock object shows the old pod as its holder, and grants nobody else meanwhile.
+    wait_until("the running holder adopted by the new lock", WAIT, || async {
+        locks
+            .get("l")
+            .await
+            .ok()
+            .and_then(|l| l.status?.holder)
+            .is_some_and(|h| h.name == "old" && h.token == old_token)
+    })
+    .await;
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    assert!(is_gated(&ns.api::<Pod>().get("new").await.unwrap()), "a second pod was granted while the old holder ran");
+    ns.api::<Pod>().delete("old", &DeleteParams::default()).await.unwrap();
+    let new = wait_pod(&ns, "new", "granted once the old holder is gone", |p| !is_gated(p)).await;
+    assert!(token_of(&new).unwrap() > old_token, "the new lock's token is above the old holder's");
+    ns.cleanup().await;
+}

@@ -371,6 +371,16 @@ pub fn decide(obs: &Observation<'_>) -> Result<Plan, TokenExhausted> {
     let mut waiters: Vec<&Candidate> = obs.pods.iter().filter(|p| p.is_waiter()).collect();
     queue::sort(&mut waiters);
 
+    // A holder that still runs with a token above this lock's reservation was granted by an
+    // earlier lock object with the same name (deleted and recreated; its Lease went with it).
+    // It cannot be stopped, so it must not be ignored: reserve above its token first; it is then
+    // an ordinary running holder (adopted or repaired into the Lease), nobody else is granted
+    // while it runs, and the next token is above its token.
+    let stale = obs.pods.iter().filter(|c| !c.gated && !c.is_terminal()).filter_map(|c| c.token).max();
+    if let Some(t) = stale.filter(|t| *t > obs.ceiling) {
+        return Ok(Plan { decision: reserve(obs.ceiling, t)?, holder: None, waiters: names(&waiters) });
+    }
+
     let Some(lease) = obs.lease else {
         // The Lease is missing (new lock, or someone deleted it). Tokens issued under the old
         // Lease are unknown here, so start above a ceiling this reconcile raised itself.

@@ -238,11 +238,17 @@ fn new_grant_recorded_in_the_lease_is_finished_even_with_an_older_zombie_running
     assert_eq!(decide(&obs(Some(&l), &pods)).unwrap().decision, Decision::PatchHolder(granted("next", 4).unwrap()));
 }
 
+/// A pod that runs with a token above the reservation (granted by an earlier lock object with
+/// the same name, or a forged annotation) is never ignored, and its token never written above
+/// the reservation: the ceiling is raised past it first, then it is adopted as the holder.
 #[test]
-fn forged_tokens_above_the_ceiling_are_never_adopted() {
-    let pods = [running("forged", 1, 99_999)];
-    let o = Observation { fresh_reservation: Some(1000), ..obs(None, &pods) };
-    assert_eq!(decide(&o).unwrap().decision, Decision::CreateLease { holder: None, floor: 1000 });
+fn a_running_holder_above_the_ceiling_is_reserved_past_then_adopted() {
+    let pods = [running("old", 1, 99_999), pod("w", 2)];
+    let o = obs(None, &pods);
+    assert_eq!(decide(&o).unwrap().decision, Decision::Reserve { from: 1000, to: 99_999 + 1000 });
+    let o = Observation { ceiling: 100_999, fresh_reservation: Some(1000), ..obs(None, &pods) };
+    let adopted = granted("old", 99_999);
+    assert_eq!(decide(&o).unwrap().decision, Decision::CreateLease { holder: adopted, floor: 1000 });
 }
 
 #[test]
