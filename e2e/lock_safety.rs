@@ -142,6 +142,28 @@ async fn holder_on_a_lost_node_is_replaced_with_a_higher_token_after_the_bound()
     assert!(token_of(&next).unwrap() > token_of(&a).unwrap());
     let events = ns.api::<k8s_openapi::api::events::v1::Event>().list(&Default::default()).await.unwrap();
     assert!(events.items.iter().any(|e| { e.note.as_deref().is_some_and(|n| n.contains("HolderNodeLost")) }));
+
+    // The zombie (still "running" on the lost node) is never written back into the Lease, with
+    // its lower token, once the holder after it is gone: the next waiter is granted above both.
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    ns.create_gated_pod("third", "l", "600s").await;
+    ns.api::<Pod>().delete("next", &DeleteParams::default()).await.unwrap();
+    let leases = ns.api::<Lease>();
+    let pods = ns.api::<Pod>();
+    let started = std::time::Instant::now();
+    let third = loop {
+        let lease = leases.get("l").await.unwrap();
+        let holder = lease.spec.as_ref().and_then(|s| s.holder_identity.clone()).unwrap_or_default();
+        assert_ne!(holder, "pinned", "the zombie was written back into the Lease");
+        assert!(lease_token(&lease).unwrap_or(0) >= token_of(&next).unwrap(), "the Lease token went down");
+        let third = pods.get("third").await.unwrap();
+        if !is_gated(&third) {
+            break third;
+        }
+        assert!(started.elapsed() < WAIT, "third was never granted");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    assert!(token_of(&third).unwrap() > token_of(&next).unwrap());
     ns.cleanup().await;
 }
 

@@ -82,6 +82,11 @@ struct Config {
     /// Third parties may also rewrite the Lease's holder (what the chart's admission policy
     /// `<release>-lease-grants` forbids everyone but the operator).
     forge: bool,
+    /// Start with the first pod already holding (granted token 1, running): reaches the states
+    /// after a handover within a smaller bound.
+    start_held: bool,
+    /// `nodeLossTimeoutSeconds` (the lease stays 3 s).
+    node_loss_secs: u64,
     bug: Option<Bug>,
 }
 
@@ -259,7 +264,16 @@ impl LockModel {
         // created free (the bootstrap path is explored again after a Lease deletion).
         let lease = LeaseObj { rv: 1, holder: None, token: 0, floor: Some(0), renew: None };
         let lock = LockObj { rv: 1, ceiling: 1000, highest: 0 };
-        let api = View { lease: Some(lease), lock, pods, claims };
+        let mut api = View { lease: Some(lease), lock, pods, claims };
+        let mut handed = vec![];
+        if self.cfg.start_held {
+            let p = api.pods[0].as_mut().unwrap();
+            (p.gated, p.phase, p.token) = (false, PodPhase::Running, Some(1));
+            let holder = Some((POD_NAMES[0].to_string(), p.uid.clone(), HolderKind::Pod));
+            api.lease = Some(LeaseObj { rv: 1, holder, token: 1, floor: Some(0), renew: Some(1) });
+            api.lock.highest = 1;
+            handed.push(1);
+        }
         let op = Operator { cache: api.clone(), session: None, clocks: Clocks::default() };
         World {
             now: 0,
@@ -267,7 +281,7 @@ impl LockModel {
             api,
             ops: vec![op; self.cfg.operators],
             procs: vec![ClaimProc::default(); self.cfg.claims],
-            handed: vec![],
+            handed,
             faults: 0,
             restarts: 0,
             recreated: 0,
@@ -278,7 +292,7 @@ impl LockModel {
 
 /// What the operator's conversion functions (`candidate_of_pod`, `candidate_of_claim`,
 /// `lease::view`) make of the modelled objects.
-fn snapshot(view: &View, fresh_reservation: Option<i64>) -> Snapshot {
+fn snapshot(view: &View, fresh_reservation: Option<i64>, settings: Settings) -> Snapshot {
     let ts = |s: i64| Timestamp::from_second(1_700_000_000 + s).unwrap();
     let mut candidates = vec![];
     for (i, p) in view.pods.iter().enumerate() {
@@ -337,7 +351,7 @@ fn snapshot(view: &View, fresh_reservation: Option<i64>) -> Snapshot {
         trusted: l.floor.is_some() && (l.holder.is_none() || l.token > 0),
     });
     Snapshot {
-        settings: SETTINGS,
+        settings,
         lease,
         renew_marker: view.lease.as_ref().and_then(|l| l.renew).map(|r| r.to_string()),
         candidates,
@@ -385,10 +399,10 @@ impl World {
     }
 
     /// One step of operator `n`: decide on its session view, apply the one write.
-    fn step(&mut self, n: usize, bug: Option<Bug>) {
+    fn step(&mut self, n: usize, bug: Option<Bug>, settings: Settings) {
         let session =
             self.ops[n].session.clone().unwrap_or(Session { view: self.ops[n].cache.clone(), fresh_reservation: None });
-        let snap = snapshot(&session.view, session.fresh_reservation);
+        let snap = snapshot(&session.view, session.fresh_reservation, settings);
         let now = Duration::from_secs(self.now.into());
         let step = match machine::step(&snap, now, &self.ops[n].clocks) {
             Ok(s) => s,
@@ -620,7 +634,10 @@ impl Model for LockModel {
     fn next_state(&self, w: &World, action: Action) -> Option<World> {
         let mut w = w.clone();
         match action {
-            Action::Step(n) => w.step(n, self.cfg.bug),
+            Action::Step(n) => {
+                let settings = Settings { node_loss_timeout: Duration::from_secs(self.cfg.node_loss_secs), ..SETTINGS };
+                w.step(n, self.cfg.bug, settings)
+            }
             Action::Sync(n, o) => {
                 let (api, cache) = (&w.api, &mut w.ops[n].cache);
                 match o {
@@ -800,14 +817,56 @@ fn assert_safe(name: &str, cfg: Config, depth: usize) {
 
 #[test]
 fn pods_two_operators_lagging_caches_restarts_and_third_party_lease_edits() {
-    let cfg = Config { pods: 2, claims: 0, operators: 2, max_time: 4, faults: 1, restarts: 1, forge: false, bug: None };
+    let cfg = Config {
+        pods: 2,
+        claims: 0,
+        operators: 2,
+        max_time: 4,
+        faults: 1,
+        restarts: 1,
+        forge: false,
+        start_held: false,
+        node_loss_secs: 3,
+        bug: None,
+    };
     assert_safe("pods", cfg, 9);
 }
 
 #[test]
 fn claims_renewal_expiry_pause_and_claim_deletion() {
-    let cfg = Config { pods: 1, claims: 1, operators: 1, max_time: 6, faults: 1, restarts: 1, forge: false, bug: None };
+    let cfg = Config {
+        pods: 1,
+        claims: 1,
+        operators: 1,
+        max_time: 6,
+        faults: 1,
+        restarts: 1,
+        forge: false,
+        start_held: false,
+        node_loss_secs: 3,
+        bug: None,
+    };
     assert_safe("claims", cfg, 11);
+}
+
+/// After a node-loss takeover: the zombie keeps running on its lost node while its successor
+/// finishes (the interleaving where a repair once wrote the zombie back
+/// into the Lease with its lower token).
+#[test]
+fn after_a_node_loss_takeover_the_zombie_is_never_written_back() {
+    let cfg = Config {
+        pods: 2,
+        claims: 0,
+        operators: 1,
+        max_time: 1,
+        faults: 1,
+        restarts: 0,
+        forge: false,
+        start_held: true,
+        node_loss_secs: 1,
+        bug: None,
+    };
+    assert_safe("zombie", cfg, 14);
 }
 
 /// The checker can fail: with the resourceVersion precondition removed from the patch that
@@ -826,8 +885,18 @@ fn a_planted_bug_lease_update_without_precondition_is_caught() {
 }
 
 fn planted(bug: Bug, depth: usize) {
-    let cfg =
-        Config { pods: 2, claims: 0, operators: 2, max_time: 0, faults: 0, restarts: 1, forge: false, bug: Some(bug) };
+    let cfg = Config {
+        pods: 2,
+        claims: 0,
+        operators: 2,
+        max_time: 0,
+        faults: 0,
+        restarts: 1,
+        forge: false,
+        start_held: false,
+        node_loss_secs: 3,
+        bug: Some(bug),
+    };
     let checker = check(&format!("planted {bug:?}"), cfg, depth);
     let t = trace(&checker, I1)
         .or_else(|| trace(&checker, I2))

@@ -441,7 +441,11 @@ pub fn decide(obs: &Observation<'_>) -> Result<Plan, TokenExhausted> {
 
     let decision = match waiters.first() {
         Some(head) => {
-            let token = fencing::next_token(lease.token.max(obs.highest_token), lease.floor)?;
+            // Above the Lease's token, the recorded high-water mark, and every token a pod or
+            // claim in view carries (a lost or stale status write cannot make a token repeat
+            // while its holder object exists).
+            let seen = obs.pods.iter().filter_map(|c| c.token).max().unwrap_or(0);
+            let token = fencing::next_token(lease.token.max(obs.highest_token).max(seen), lease.floor)?;
             if fencing::needs_reservation(token, obs.ceiling) {
                 reserve(obs.ceiling, token)?
             } else {
@@ -487,6 +491,13 @@ fn repair(obs: &Observation<'_>, lease: &LeaseView) -> Result<Option<Decision>, 
         (None, Some(b)) => b,
         (_, None) => return Ok(None),
     };
+    // Never back to an older grant: a pod still running with a token below the (trusted) Lease's
+    // was released already (a zombie on a lost node): repairing to it would move the Lease's
+    // token down and name a holder that a newer one replaced.
+    let is_lease_holder = holder.is_some_and(|h| h.uid == target.uid);
+    if lease.trusted && !is_lease_holder && target.token.unwrap_or(0) < lease.token {
+        return Ok(None);
+    }
     let token = target.token.unwrap_or(lease.token);
     let floor = if lease.trusted {
         None

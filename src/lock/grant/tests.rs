@@ -395,3 +395,25 @@ fn pod_holders_never_expire_by_time() {
     let o = Observation { holder_renewed_ago: Some(Duration::from_secs(3600)), ..obs(Some(&l), &pods) };
     assert!(matches!(decide(&o).unwrap().decision, Decision::Idle { .. }));
 }
+
+/// A zombie (still running on a lost node, released long ago) is never repaired back into the
+/// Lease once its successor is gone; the next waiter gets a token above both.
+#[test]
+fn a_released_zombie_is_never_written_back_with_its_lower_token() {
+    let zombie = Candidate { node_lost: true, ..running("zombie", 1, 3) };
+    let pods = [zombie, pod("w", 3)];
+    let l = lease(Some("gone"), 4);
+    let released = Some(Release { name: "gone".into(), token: 4, reason: ReleaseReason::Gone });
+    let d = decide(&obs(Some(&l), &pods)).unwrap().decision;
+    assert_eq!(d, Decision::UpdateLease { holder: granted("w", 5), released, floor: None });
+}
+
+/// The next token is above every token a candidate in view carries, even when the Lease and
+/// the status high-water mark were rolled back.
+#[test]
+fn the_next_token_is_above_every_token_in_view() {
+    let pods = [Candidate { phase: Phase::Succeeded, ..running("done", 1, 7) }, pod("w", 2)];
+    let l = lease(None, 2);
+    let d = decide(&obs(Some(&l), &pods)).unwrap().decision;
+    assert_eq!(d, Decision::UpdateLease { holder: granted("w", 8), released: None, floor: None });
+}
