@@ -90,6 +90,22 @@ struct Config {
     bug: Option<Bug>,
 }
 
+impl Config {
+    /// One operator, one fault, one restart, no time: each run says what it changes.
+    const BASE: Config = Config {
+        pods: 0,
+        claims: 0,
+        operators: 1,
+        max_time: 0,
+        faults: 1,
+        restarts: 1,
+        forge: false,
+        start_held: false,
+        node_loss_secs: 3,
+        bug: None,
+    };
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct LeaseObj {
     rv: u16,
@@ -817,35 +833,13 @@ fn assert_safe(name: &str, cfg: Config, depth: usize) {
 
 #[test]
 fn pods_two_operators_lagging_caches_restarts_and_third_party_lease_edits() {
-    let cfg = Config {
-        pods: 2,
-        claims: 0,
-        operators: 2,
-        max_time: 4,
-        faults: 1,
-        restarts: 1,
-        forge: false,
-        start_held: false,
-        node_loss_secs: 3,
-        bug: None,
-    };
+    let cfg = Config { pods: 2, operators: 2, max_time: 4, ..Config::BASE };
     assert_safe("pods", cfg, 9);
 }
 
 #[test]
 fn claims_renewal_expiry_pause_and_claim_deletion() {
-    let cfg = Config {
-        pods: 1,
-        claims: 1,
-        operators: 1,
-        max_time: 6,
-        faults: 1,
-        restarts: 1,
-        forge: false,
-        start_held: false,
-        node_loss_secs: 3,
-        bug: None,
-    };
+    let cfg = Config { pods: 1, claims: 1, max_time: 6, ..Config::BASE };
     assert_safe("claims", cfg, 11);
 }
 
@@ -854,18 +848,7 @@ fn claims_renewal_expiry_pause_and_claim_deletion() {
 /// into the Lease with its lower token).
 #[test]
 fn after_a_node_loss_takeover_the_zombie_is_never_written_back() {
-    let cfg = Config {
-        pods: 2,
-        claims: 0,
-        operators: 1,
-        max_time: 1,
-        faults: 1,
-        restarts: 0,
-        forge: false,
-        start_held: true,
-        node_loss_secs: 1,
-        bug: None,
-    };
+    let cfg = Config { pods: 2, max_time: 1, restarts: 0, start_held: true, node_loss_secs: 1, ..Config::BASE };
     assert_safe("zombie", cfg, 14);
 }
 
@@ -885,18 +868,7 @@ fn a_planted_bug_lease_update_without_precondition_is_caught() {
 }
 
 fn planted(bug: Bug, depth: usize) {
-    let cfg = Config {
-        pods: 2,
-        claims: 0,
-        operators: 2,
-        max_time: 0,
-        faults: 0,
-        restarts: 1,
-        forge: false,
-        start_held: false,
-        node_loss_secs: 3,
-        bug: Some(bug),
-    };
+    let cfg = Config { pods: 2, operators: 2, faults: 0, bug: Some(bug), ..Config::BASE };
     let checker = check(&format!("planted {bug:?}"), cfg, depth);
     let t = trace(&checker, I1)
         .or_else(|| trace(&checker, I2))
