@@ -66,8 +66,7 @@ async fn run_inner(args: LockArgs) -> anyhow::Result<i32> {
     let on_busy = if args.r#try { OnBusy::Skip } else { OnBusy::Wait };
     let ticket = holder.enqueue(on_busy).await?;
     let ticket_deadline = ticket.renew_deadline();
-    let kill_grace = match kill_grace(args.kill_grace.map(Into::into), ticket.lease_duration(), ticket.renew_deadline())
-    {
+    let kill_grace = match kill_grace(args.kill_grace.map(Into::into), ticket.lease_duration(), ticket_deadline) {
         Ok(g) => g,
         Err(message) => {
             ticket.cancel().await;
@@ -156,7 +155,7 @@ async fn supervise(args: LockArgs, guard: LockGuard, grace: Duration, deadline: 
     let raw = child.id().map(|p| p as i32).unwrap_or(0);
     // kill(2) with a negative pid signals the process group.
     let pid = Pid::from_raw(if own_group { -raw } else { raw });
-    let _watchdog = start_watchdog(&guard, pid, raw, own_group, deadline, grace);
+    let _watchdog = start_watchdog(&guard, raw, own_group, deadline, grace);
     // Every forwarded signal, from one channel.
     let (sig_tx, mut sig_rx) = tokio::sync::mpsc::unbounded_channel::<Signal>();
     for (kind, sig) in FORWARDED {
@@ -211,13 +210,12 @@ async fn supervise(args: LockArgs, guard: LockGuard, grace: Duration, deadline: 
     }
 }
 
-/// Starts [`crate::watchdog`] for `target` (in the command's process group when it has one) and
-/// feeds it every renewal. `None` (with a warning) if it cannot be started: the command then
-/// runs without the watchdog's protection against `leasehold lock` itself dying.
+/// Starts [`crate::watchdog`] for the command `pid` (for its process group, and inside it, when
+/// it has one) and feeds it every renewal. `None` (with a warning) if it cannot be started: the
+/// command then runs without the watchdog's protection against `leasehold lock` itself dying.
 fn start_watchdog(
     guard: &LockGuard,
-    target: Pid,
-    group: i32,
+    pid: i32,
     own_group: bool,
     deadline: Duration,
     grace: Duration,
@@ -226,14 +224,14 @@ fn start_watchdog(
     let exe = std::env::current_exe().ok()?;
     let mut cmd = Command::new(exe);
     cmd.arg("lock-watchdog")
-        .args(["--target", &target.as_raw().to_string()])
+        .args(["--target", &(if own_group { -pid } else { pid }).to_string()])
         .args(["--renew-deadline-ms", &deadline.as_millis().to_string()])
         .args(["--kill-grace-ms", &grace.as_millis().to_string()])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::null())
         .kill_on_drop(true);
     if own_group {
-        cmd.process_group(group);
+        cmd.process_group(pid);
     }
     let mut child = match cmd.spawn() {
         Ok(c) => c,

@@ -360,7 +360,7 @@ async fn reserve_tokens(api: &Api<DistributedLock>, lock: &DistributedLock, to: 
 /// Returns the holder as the API server answered.
 async fn patch_holder(ctx: &Context, ns: &str, lock: &DistributedLock, g: &Grant) -> Result<Candidate> {
     let note = format!("{} holds the lock with fencing token {}", g.identity, g.token);
-    let holder_ref = match g.kind {
+    let (holder_ref, holder) = match g.kind {
         HolderKind::Pod => {
             let api: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
             let patch = json!({
@@ -385,7 +385,7 @@ async fn patch_holder(ctx: &Context, ns: &str, lock: &DistributedLock, g: &Grant
             (claim.object_ref(&()), candidate_of_claim(&claim))
         }
     };
-    let (holder_ref, holder) = (holder_ref.0, holder_ref.1.ok_or(Error::MissingField("metadata"))?);
+    let holder = holder.ok_or(Error::MissingField("metadata"))?;
     let lock_ref = lock.object_ref(&());
     ctx.event_related(&lock_ref, Some(holder_ref.clone()), EventType::Normal, "Granted", note.clone(), "Grant").await;
     let pod_note = format!("lock {}: {note}", lock.name_any());
@@ -552,9 +552,7 @@ async fn patch_status_view(
 
 /// Waiting candidates' names in grant order.
 fn waiters_of(candidates: &[Candidate]) -> Vec<String> {
-    let mut waiters: Vec<&Candidate> = candidates.iter().filter(|c| c.is_waiter()).collect();
-    crate::lock::queue::sort(&mut waiters);
-    waiters.iter().map(|c| c.name.clone()).collect()
+    grant::queue_of(candidates).iter().map(|c| c.name.clone()).collect()
 }
 
 /// The lock cannot be served: `Ready=False` with `reason` and `message`, the waiters still

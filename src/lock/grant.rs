@@ -368,8 +368,7 @@ enum HolderState {
 /// # Errors
 /// [`TokenExhausted`] when the next token would not fit in an `int64`.
 pub fn decide(obs: &Observation<'_>) -> Result<Plan, TokenExhausted> {
-    let mut waiters: Vec<&Candidate> = obs.pods.iter().filter(|p| p.is_waiter()).collect();
-    queue::sort(&mut waiters);
+    let mut waiters = queue_of(obs.pods);
 
     // A holder that still runs with a token above this lock's reservation was granted by an
     // earlier lock object with the same name (deleted and recreated; its Lease went with it).
@@ -456,6 +455,13 @@ pub fn decide(obs: &Observation<'_>) -> Result<Plan, TokenExhausted> {
         None => Decision::Idle { requeue_after: None },
     };
     Ok(Plan { decision, holder: None, waiters: names(&waiters) })
+}
+
+/// The candidates that wait ([`Candidate::is_waiter`]), in grant order ([`queue::sort`]).
+pub fn queue_of(candidates: &[Candidate]) -> Vec<&Candidate> {
+    let mut waiters: Vec<&Candidate> = candidates.iter().filter(|c| c.is_waiter()).collect();
+    queue::sort(&mut waiters);
+    waiters
 }
 
 /// A plan while `holder` keeps the lock: it is never listed among the waiters.

@@ -17,7 +17,7 @@
 //! anything is decided, so two operator processes that observe the same objects make the same
 //! decision whatever order their caches list them in.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use super::fencing::TokenExhausted;
@@ -106,8 +106,8 @@ pub fn step(snapshot: &Snapshot, now: Duration, clocks: &Clocks) -> Result<Step,
             c.waiting_for = Some(now.saturating_sub(since));
         }
     }
-    let waiting: Vec<&str> = candidates.iter().filter(|c| c.is_waiter()).map(|c| c.uid.as_str()).collect();
-    clocks.waiting_since.retain(|uid, _| waiting.contains(&uid.as_str()));
+    let waiting: BTreeSet<&str> = candidates.iter().filter(|c| c.is_waiter()).map(|c| c.uid.as_str()).collect();
+    clocks.waiting_since.retain(|uid, _| waiting.contains(uid.as_str()));
 
     let lease_holder = snapshot.lease.as_ref().and_then(|l| l.holder.as_ref());
     let found =
