@@ -640,12 +640,14 @@ async fn operator_runs_as_the_charts_service_account() {
     // runs hold the lock one after the other.
     ns.api::<CronJob>().create(&PostParams::default(), &singleton_cronjob("nightly", "2s")).await.unwrap();
     let cronjobs = ns.api::<CronJob>();
-    wait_until("claim in the CronJob's pod template", WAIT, || async {
+    // (The claim is written at admission already; the lock comes from the operator.)
+    wait_until("claim in the CronJob's pod template and its lock created", WAIT, || async {
         cronjobs
             .get("nightly")
             .await
             .ok()
             .is_some_and(|cj| template_claimed(&cj.spec.job_template.spec.unwrap().template))
+            && locks.get_opt("nightly").await.ok().flatten().is_some()
     })
     .await;
     let lock = locks.get("nightly").await.expect("the CronJob's lock");
@@ -1052,4 +1054,107 @@ async fn one_replica_leads_a_standby_takes_over_and_a_deposed_leader_exits() {
     assert_eq!(b.wait_exit(WAIT).await, 1, "a replica that lost the lead exits 1");
     assert!(b.log_text().contains("lost leadership"));
     ns.cleanup().await;
+}
+
+/// Fail closed (issue 10): with the chart's MutatingAdmissionPolicies, the API server writes the
+/// claim into a workload's pod template when the workload is admitted, and gates a bare pod that
+/// names a lock. Everything here is created while **no operator runs**: a singleton CronJob and
+/// a manual run of it, a singleton Deployment, and a pod with only the lock annotation. None of
+/// their pods starts until an operator (as the chart's ServiceAccount) grants the locks, one
+/// holder per lock. Removing the annotation takes the claim out again, also without an operator.
+#[tokio::test]
+async fn workloads_created_while_the_operator_is_down_never_run_unlocked() {
+    let ns = TestNs::new("failclosed").await;
+    let release = Release::install(&ns, &["--set", "replicaCount=1"]);
+    let cronjobs = ns.api::<CronJob>();
+    let create = PostParams::default();
+    // The API server loads the policies through an informer: wait until a dry run is mutated.
+    let dry = PostParams { dry_run: true, ..PostParams::default() };
+    wait_until("claim-injection policies in force", WAIT, || async {
+        let (cj, pod) = (singleton_cronjob("probe", "1s"), bare_claim_pod("probe", "probe"));
+        let cj = cronjobs.create(&dry, &cj).await;
+        let pod = ns.api::<Pod>().create(&dry, &pod).await;
+        cj.is_ok_and(|c| template_claimed(&c.spec.job_template.spec.unwrap().template))
+            && pod.is_ok_and(|p| is_gated(&p))
+    })
+    .await;
+
+    // Admitted with the claim, no operator involved.
+    let cj = cronjobs.create(&create, &singleton_cronjob("nightly", "2s")).await.unwrap();
+    assert!(template_claimed(&cj.spec.job_template.spec.unwrap().template), "claim written at admission");
+    let dep: Deployment = serde_json::from_value(json!({
+        "metadata": {"name": "web", "annotations": {"leasehold.dev/singleton": "true"}},
+        "spec": {"replicas": 1, "strategy": {"type": "Recreate"}, "selector": {"matchLabels": {"app": "web"}},
+                 "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}}},
+    }))
+    .unwrap();
+    let dep = ns.api::<Deployment>().create(&create, &dep).await.unwrap();
+    assert!(template_claimed(&dep.spec.template), "claim written at admission");
+    let bare = ns.api::<Pod>().create(&create, &bare_claim_pod("bare", "shared")).await.unwrap();
+    assert!(is_gated(&bare), "a pod naming a lock is gated at admission");
+    ns.kubectl(&["create", "job", "run-0", "--from=cronjob/nightly"]);
+
+    // Their controllers create the first pods at once: all gated, and they stay gated while
+    // nobody can grant (3 s of observation; the real check is the watch below, which sees every
+    // ungating).
+    let log = watch_holders(&ns);
+    // (The release's own operator pods are not among them: they name no lock.)
+    let pods = ns.api::<Pod>();
+    let claiming = || async {
+        let l = pods.list(&ListParams::default()).await.unwrap();
+        l.items.into_iter().filter(|p| p.annotations().contains_key("leasehold.dev/lock")).collect::<Vec<_>>()
+    };
+    wait_until("the Job's and the Deployment's first pods", WAIT, || async {
+        let l = claiming().await;
+        l.iter().any(|p| p.labels().contains_key("job-name"))
+            && l.iter().any(|p| p.labels().get("app").is_some_and(|a| a == "web"))
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let l = claiming().await;
+    assert_eq!(l.len(), 3, "{:?}", l.iter().map(|p| p.name_any()).collect::<Vec<_>>());
+    for p in &l {
+        assert!(is_gated(p) && phase(p) == "Pending", "{} ran without its lock", p.name_any());
+    }
+    assert!(snapshot(&log).grants.is_empty(), "nothing granted without an operator");
+
+    // The operator comes up: it creates the singletons' locks and grants each lock to one pod.
+    ns.create_lock("shared", json!({})).await;
+    let kc = token_kubeconfig(&ns, "operator", &create_token(&ns, &release.fullname(), None));
+    let op = OperatorProc::start(&ns.ns, "chart-sa", &kc, &[]);
+    wait_until("every pod granted", WAIT, || async {
+        let l = claiming().await;
+        l.len() == 3 && l.iter().all(|p| !is_gated(p) && token_of(p).is_some())
+    })
+    .await;
+    let seen = snapshot(&log);
+    assert!(seen.overlaps.is_empty(), "two holders at once: {:?}", seen.overlaps);
+    let locks = ns.api::<DistributedLock>();
+    for lock in ["nightly", "web"] {
+        let l = locks.get(lock).await.unwrap_or_else(|e| panic!("lock {lock} created by the operator: {e}"));
+        assert_eq!(l.owner_references().len(), 1, "{lock} owned by its workload");
+    }
+
+    // Removing the annotation takes the claim out at admission, operator or not.
+    drop(op);
+    let unannotate = json!({"metadata": {"annotations": {"leasehold.dev/singleton": null}}});
+    let cj = cronjobs.patch("nightly", &PatchParams::default(), &Patch::Merge(&unannotate)).await.unwrap();
+    let template = cj.spec.job_template.spec.unwrap().template;
+    assert!(!template_claimed(&template), "claim removed with the annotation: {template:?}");
+    let annotations = template.metadata.and_then(|m| m.annotations).unwrap_or_default();
+    assert!(
+        annotations.contains_key("pod-complete.stage.kwok.x-k8s.io/delay"),
+        "the template's own annotations stay: {annotations:?}"
+    );
+    release.uninstall();
+    ns.cleanup().await;
+}
+
+/// A pod that names `lock` by annotation only: no scheduling gate of its own.
+fn bare_claim_pod(name: &str, lock: &str) -> Pod {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "annotations": {"leasehold.dev/lock": lock}},
+        "spec": {"terminationGracePeriodSeconds": 1, "containers": [{"name": "main", "image": "busybox"}]},
+    }))
+    .unwrap()
 }

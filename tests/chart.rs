@@ -123,3 +123,27 @@ fn docs_list_exactly_the_cluster_role_rules() {
         "docs/install.md RBAC table: missing {missing:?}, not granted {stale:?}"
     );
 }
+
+/// The claim injection needs MutatingAdmissionPolicy v1 (Kubernetes 1.36): on an older cluster the
+/// chart refuses with a message that says how to install without it, and renders without it.
+#[test]
+fn claim_injection_refuses_clusters_older_than_1_36_and_can_be_turned_off() {
+    let render = |extra: &[&str]| {
+        let mut args = vec!["template", "t", "charts/leasehold", "--kube-version", "1.35.0"];
+        args.extend(extra);
+        Command::new(helm()).args(&args).current_dir(repo()).output().expect("run helm")
+    };
+    let refused = render(&[]);
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "rendered for 1.35");
+    assert!(
+        err.contains("claimInjection needs Kubernetes 1.36") && err.contains("claimInjection.enabled=false"),
+        "{err}"
+    );
+    let off = render(&["--set", "claimInjection.enabled=false"]);
+    assert!(off.status.success(), "{}", String::from_utf8_lossy(&off.stderr));
+    let yaml = String::from_utf8_lossy(&off.stdout);
+    assert!(!yaml.contains("MutatingAdmissionPolicy") && yaml.contains("ValidatingAdmissionPolicy"));
+    let on = run(Command::new(helm()).args(["template", "t", "charts/leasehold"]));
+    assert_eq!(on.matches("kind: MutatingAdmissionPolicy\n").count(), 3, "workload, cronjob and pod policies");
+}
