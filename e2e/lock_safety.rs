@@ -200,6 +200,13 @@ async fn hand_edited_lease_or_reannotated_holder_never_yields_a_second_holder() 
     let pods = ns.api::<Pod>();
     assert_eq!(token_of(&pods.get("a").await.unwrap()), Some(a_token), "the holder's token never changes");
     assert!(is_gated(&pods.get("b").await.unwrap()), "no second holder of l while a runs");
+    // The re-annotated holder goes: l (the lock it holds, leasehold.dev/granted-lock) wakes on
+    // that deletion, not on some later event (its next resync is minutes away).
+    let dp = DeleteParams { grace_period_seconds: Some(0), ..DeleteParams::default() };
+    pods.delete("a", &dp).await.unwrap();
+    let gone = std::time::Instant::now();
+    wait_pod(&ns, "b", "granted once a is gone", |p| !is_gated(p)).await;
+    assert!(gone.elapsed() < std::time::Duration::from_secs(5), "b waited {:?} for a missed event", gone.elapsed());
     let log = snapshot(&log);
     assert!(log.overlaps.is_empty(), "{:?}", log.overlaps);
     ns.cleanup().await;
@@ -309,5 +316,60 @@ async fn a_lock_recreated_while_its_holder_runs_waits_for_it_and_continues_above
     ns.api::<Pod>().delete("old", &DeleteParams::default()).await.unwrap();
     let new = wait_pod(&ns, "new", "granted once the old holder is gone", |p| !is_gated(p)).await;
     assert!(token_of(&new).unwrap() > old_token, "the new lock's token is above the old holder's");
+    ns.cleanup().await;
+}
+
+/// A namespace being deleted: the operator grants nothing in it any more and makes no write
+/// that can only fail there (a Lease create is refused in a terminating namespace). The lock
+/// (kept here by a finalizer of the test's, so its status can be read) turns `Ready=False,
+/// reason NamespaceTerminating`; no failed reconcile in the operator's log (Events cannot be
+/// created in a terminating namespace, so its log is where a retry storm would show), no second
+/// grant.
+#[tokio::test]
+async fn nothing_is_granted_in_a_namespace_being_deleted_and_nothing_is_retried_there() {
+    use k8s_openapi::api::core::v1::Namespace;
+    use kube::api::{ListParams, Patch, PatchParams};
+    let mut ns = TestNs::new("nsgone").await;
+    let log = watch_holders(&ns);
+    let hold = json!({"metadata": {"finalizers": ["e2e.leasehold.dev/hold"]}});
+    let locks = ns.api::<DistributedLock>();
+    ns.create_lock("l", json!({})).await;
+    locks.patch("l", &PatchParams::default(), &Patch::Merge(&hold)).await.unwrap();
+    let op = ns.start_operator(&[]);
+    ns.create_gated_pod("a", "l", "600s").await;
+    wait_pod(&ns, "a", "granted", |p| !is_gated(p)).await;
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    ns.create_gated_pod("b", "l", "600s").await;
+    let failed = |log: String| log.lines().filter(|l| l.contains("reconcile failed")).count();
+    let failed_before = failed(ns.operator_log(op));
+
+    let nss: Api<Namespace> = Api::all(ns.client.clone());
+    nss.delete(&ns.ns, &DeleteParams::default()).await.unwrap();
+    let terminating = |l: &DistributedLock| {
+        l.status.as_ref().is_some_and(|s| {
+            s.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "False" && c.reason == "NamespaceTerminating")
+        })
+    };
+    wait_until("Ready=False NamespaceTerminating", WAIT, || async {
+        locks.get("l").await.is_ok_and(|l| terminating(&l))
+    })
+    .await;
+    // The namespace controller deletes the pods and the Lease meanwhile; the lock stays (the
+    // finalizer). Five seconds of that: nothing granted, nothing retried.
+    let pods = ns.api::<Pod>();
+    wait_until("pods and Lease gone", WAIT, || async {
+        pods.list(&ListParams::default()).await.is_ok_and(|l| l.items.is_empty())
+            && ns.api::<Lease>().get_opt("l").await.is_ok_and(|l| l.is_none())
+    })
+    .await;
+    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+    let seen = snapshot(&log);
+    assert_eq!(seen.grants.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(), ["a"], "only a was ever granted");
+    let log = ns.operator_log(op);
+    assert_eq!(failed(log.clone()), failed_before, "writes that can only fail were tried:\n{log}");
+    assert!(terminating(&locks.get("l").await.unwrap()), "the lock still says why");
+
+    let release = json!({"metadata": {"finalizers": null}});
+    locks.patch("l", &PatchParams::default(), &Patch::Merge(&release)).await.unwrap();
     ns.cleanup().await;
 }

@@ -147,6 +147,11 @@ impl TestNs {
         .await;
     }
 
+    /// Everything operator `idx` logged so far.
+    pub fn operator_log(&self, idx: usize) -> String {
+        std::fs::read_to_string(&self.operators[idx].log).unwrap_or_default()
+    }
+
     /// Whether operator `idx` is still running.
     pub fn operator_alive(&mut self, idx: usize) -> bool {
         self.operators[idx].child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)))

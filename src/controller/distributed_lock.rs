@@ -36,6 +36,10 @@ const TOKEN_FIELD_MANAGER: &str = "leasehold.dev/tokens";
 const MAX_STEPS: usize = 8;
 /// How often a lock whose Lease belongs to someone else looks again (that Lease is not watched).
 const FOREIGN_LEASE_RECHECK: Duration = Duration::from_secs(60);
+/// How often an idle lock is reconciled even when no watch event names it: the bound on how
+/// long a lock can sit on a missed event (a watch relist does not report the objects deleted in
+/// between; the relist itself also triggers every lock, see `controller::trigger_all`).
+const RESYNC: Duration = Duration::from_secs(300);
 /// How many waiters `status.waiters` lists.
 const STATUS_WAITERS: usize = 10;
 
@@ -48,6 +52,15 @@ pub async fn reconcile(lock: Arc<DistributedLock>, ctx: Arc<Context>) -> Result<
     let pod_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
     let lock_api: Api<DistributedLock> = Api::namespaced(ctx.client.clone(), &ns);
 
+    if ctx.namespace_terminating(&ns) {
+        // No write that could grant: the namespace controller is deleting the lock, its Lease,
+        // and every holder and waiter. Not writing is always safe (it is what an operator that
+        // is down does); the lock says why until it is gone.
+        let message = format!("namespace {ns} is being deleted: nothing is granted in it any more");
+        let waiters = waiters_of(&candidates_of(&ctx, &ns, &name));
+        report_not_ready(&lock_api, &lock, &ctx, reason::NAMESPACE_TERMINATING, &message, Some(&waiters)).await?;
+        return Ok(Action::await_change());
+    }
     let mut lock = (*lock).clone();
     let mut lease_obj = ctx.leases.get(&ObjectRef::new(&name).within(&ns)).map(|l| (*l).clone());
     if lease_obj.is_none() {
@@ -190,7 +203,7 @@ pub async fn reconcile(lock: Arc<DistributedLock>, ctx: Arc<Context>) -> Result<
                 write_status(&lock_api, &lock, lease_obj.as_ref(), &plan.holder, &plan.waiters, &ctx).await?;
                 return Ok(match requeue_after {
                     Some(d) => Action::requeue(d + Duration::from_millis(50)),
-                    None => Action::await_change(),
+                    None => Action::requeue(RESYNC),
                 });
             }
         }

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use futures::channel::mpsc;
 use futures::{StreamExt, future};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, ObjectReference, Pod};
 use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
@@ -26,7 +26,7 @@ use crate::admin::{self, AdminState};
 use crate::cli::OperatorArgs;
 use crate::crd::{DistributedLock, DistributedLockClaim};
 use crate::error::Error;
-use crate::lock::{LEASE_LABEL, LOCK_ANNOTATION};
+use crate::lock::{GRANTED_LOCK_ANNOTATION, LEASE_LABEL, LOCK_ANNOTATION};
 use crate::metrics::Metrics;
 
 /// Field manager / Event reporting controller name.
@@ -42,6 +42,8 @@ pub struct Context {
     pub leases: Store<Lease>,
     /// Nodes, to notice a holder's node that stopped reporting.
     pub nodes: Store<Node>,
+    /// The served namespaces, to stop granting in one that is being deleted.
+    pub namespaces: Store<Namespace>,
     /// Event recorder.
     pub recorder: Recorder,
     /// Metrics.
@@ -61,6 +63,16 @@ pub struct Context {
 }
 
 impl Context {
+    /// Whether namespace `ns` is being deleted (`metadata.deletionTimestamp` set, phase
+    /// `Terminating`). The namespace controller is then deleting everything in it; a grant there
+    /// would hand a lock to a holder that is about to vanish, and creates are refused anyway.
+    pub fn namespace_terminating(&self, ns: &str) -> bool {
+        self.namespaces.get(&ObjectRef::new(ns)).is_some_and(|n| {
+            n.metadata.deletion_timestamp.is_some()
+                || n.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Terminating")
+        })
+    }
+
     /// Aborts the process (as SIGKILL would stop it) when the env var `LEASEHOLD_FAILPOINT`
     /// equals `name`. Used by end-to-end tests to kill the operator between two writes.
     pub fn failpoint(&self, name: &str) {
@@ -126,6 +138,31 @@ pub fn lock_of(pod: &Pod) -> Option<ObjectRef<DistributedLock>> {
     Some(ObjectRef::new(name.trim()).within(&pod.namespace()?))
 }
 
+/// Every lock a change of `pod` can concern: the one it names and the one it was granted
+/// (`leasehold.dev/granted-lock`). They differ when someone edited a holder's lock annotation:
+/// the holder's completion or deletion must still wake the lock it holds.
+pub fn locks_of(pod: &Pod) -> Vec<ObjectRef<DistributedLock>> {
+    let Some(ns) = pod.namespace() else { return vec![] };
+    let mut locks: Vec<ObjectRef<DistributedLock>> = [LOCK_ANNOTATION, GRANTED_LOCK_ANNOTATION]
+        .iter()
+        .filter_map(|k| pod.annotations().get(*k))
+        .map(|name| ObjectRef::new(name.trim()).within(&ns))
+        .collect();
+    locks.dedup();
+    locks
+}
+
+/// Sends a reconcile trigger for every lock that has a Lease in the cache. Used when a watch has
+/// re-listed: a relist replaces the cache without reporting the objects deleted in between, so
+/// a lock whose holder vanished then would otherwise wait for an unrelated event.
+fn trigger_all(tx: &mpsc::UnboundedSender<ObjectRef<DistributedLock>>, leases: &Store<Lease>) {
+    for l in leases.state() {
+        if let (Some(name), Some(ns)) = (l.labels().get(LEASE_LABEL), l.namespace()) {
+            let _ = tx.unbounded_send(ObjectRef::new(name).within(&ns));
+        }
+    }
+}
+
 /// Runs the operator until SIGINT/SIGTERM.
 ///
 /// # Errors
@@ -143,29 +180,35 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
     let (leases, lease_writer) = reflector::store::<Lease>();
     let (nodes, node_writer) = reflector::store::<Node>();
     let (claims, claim_writer) = reflector::store::<DistributedLockClaim>();
+    let (namespaces, namespace_writer) = reflector::store::<Namespace>();
     // Every watch event that can change a lock's decision becomes a reconcile trigger for that
     // lock, deletions included (a holder pod that vanishes frees the lock at once).
     let (lock_tx, lock_rx) = mpsc::unbounded::<ObjectRef<DistributedLock>>();
     let (pod_tx, pod_rx) = mpsc::unbounded::<pod::PodEvent>();
 
-    let tx = lock_tx.clone();
+    let (tx, leases_for_pods) = (lock_tx.clone(), leases.clone());
     spawn_watch(
         "pods",
         watcher(api::<Pod>(&client, ns), watcher::Config::default()).default_backoff().reflect(pod_writer),
         move |ev| match ev {
             watcher::Event::Apply(p) | watcher::Event::InitApply(p) => {
-                if let Some(r) = lock_of(p) {
+                for r in locks_of(p) {
                     let _ = tx.unbounded_send(r);
+                }
+                if lock_of(p).is_some() {
                     let _ = pod_tx.unbounded_send(pod::PodEvent::Seen(Arc::new(p.clone())));
                 }
             }
             watcher::Event::Delete(p) => {
-                if let Some(r) = lock_of(p) {
+                for r in locks_of(p) {
                     let _ = tx.unbounded_send(r);
+                }
+                if lock_of(p).is_some() {
                     let _ = pod_tx.unbounded_send(pod::PodEvent::Gone(p.uid().unwrap_or_default()));
                 }
             }
-            _ => {}
+            watcher::Event::InitDone => trigger_all(&tx, &leases_for_pods),
+            watcher::Event::Init => {}
         },
     );
     let tx = lock_tx.clone();
@@ -183,7 +226,7 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
             _ => {}
         },
     );
-    let tx = lock_tx.clone();
+    let (tx, leases_for_claims) = (lock_tx.clone(), leases.clone());
     spawn_watch(
         "claims",
         watcher(api::<DistributedLockClaim>(&client, ns), watcher::Config::default())
@@ -195,7 +238,8 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
                     let _ = tx.unbounded_send(ObjectRef::new(&c.spec.lock).within(&ns));
                 }
             }
-            _ => {}
+            watcher::Event::InitDone => trigger_all(&tx, &leases_for_claims),
+            watcher::Event::Init => {}
         },
     );
     let tx = lock_tx.clone();
@@ -209,15 +253,38 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
                 let name = n.name_any();
                 for p in pods_for_nodes.state() {
                     let on_node = p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(name.as_str());
-                    if on_node
-                        && p.annotations().contains_key(crate::lock::TOKEN_ANNOTATION)
-                        && let Some(r) = lock_of(&p)
-                    {
-                        let _ = tx.unbounded_send(r);
+                    if on_node && p.annotations().contains_key(crate::lock::TOKEN_ANNOTATION) {
+                        for r in locks_of(&p) {
+                            let _ = tx.unbounded_send(r);
+                        }
                     }
                 }
             }
             _ => {}
+        },
+    );
+
+    // The served namespaces (one, with --namespace): a namespace that starts terminating wakes
+    // its locks, which then stop granting and say why.
+    let (tx, leases_for_namespaces) = (lock_tx.clone(), leases.clone());
+    let ns_config = match ns {
+        Some(ns) => watcher::Config::default().fields(&format!("metadata.name={ns}")),
+        None => watcher::Config::default(),
+    };
+    spawn_watch(
+        "namespaces",
+        watcher(Api::<Namespace>::all(client.clone()), ns_config).default_backoff().reflect(namespace_writer),
+        move |ev| {
+            if let watcher::Event::Apply(n) = ev
+                && n.metadata.deletion_timestamp.is_some()
+            {
+                let name = n.name_any();
+                for l in leases_for_namespaces.state().iter().filter(|l| l.namespace().as_deref() == Some(&name)) {
+                    if let Some(lock) = l.labels().get(LEASE_LABEL) {
+                        let _ = tx.unbounded_send(ObjectRef::new(lock).within(&name));
+                    }
+                }
+            }
         },
     );
 
@@ -227,6 +294,7 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
         pods: pods.clone(),
         leases: leases.clone(),
         nodes: nodes.clone(),
+        namespaces: namespaces.clone(),
         claims: claims.clone(),
         recorder: Recorder::new(client.clone(), reporter),
         metrics: metrics.clone(),
@@ -263,7 +331,8 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
         pods.wait_until_ready(),
         leases.wait_until_ready(),
         nodes.wait_until_ready(),
-        claims.wait_until_ready()
+        claims.wait_until_ready(),
+        namespaces.wait_until_ready()
     );
     tracing::info!(namespace = ns.unwrap_or("<all>"), "starting controllers");
 

@@ -18,6 +18,8 @@ pub mod reason {
     pub const LEASE_NOT_OWNED: &str = "LeaseNotOwned";
     /// The next fencing token would not fit in an int64 (a Lease token set by hand near the top).
     pub const TOKEN_EXHAUSTED: &str = "TokenExhausted";
+    /// The lock's namespace is being deleted: nothing is granted in it any more.
+    pub const NAMESPACE_TERMINATING: &str = "NamespaceTerminating";
     /// A write failed; the message says which.
     pub const RECONCILE_ERROR: &str = "ReconcileError";
     /// A pod holds the lock.
