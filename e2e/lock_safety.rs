@@ -373,3 +373,66 @@ async fn nothing_is_granted_in_a_namespace_being_deleted_and_nothing_is_retried_
     locks.patch("l", &PatchParams::default(), &Patch::Merge(&release)).await.unwrap();
     ns.cleanup().await;
 }
+
+/// State letter of process `pid` from /proc (`T` = stopped).
+fn proc_state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
+/// A deposed leader writes nothing a current leader's decision does not also allow. Replica a
+/// leads and stops itself (SIGSTOP, a test failpoint) just before the Lease write that hands
+/// the lock to the next waiter; its leader lease (15 s) runs out, replica b takes over and hands
+/// the lock over itself. Then a resumes and sends the write it had prepared, from what it read
+/// before the pause: the resourceVersion precondition refuses it (409), or a notices first that
+/// it lost the lead; either way b's grant stands and a exits 1.
+#[tokio::test]
+async fn a_deposed_leader_resumed_after_a_pause_cannot_overwrite_the_new_leaders_grant() {
+    let mut ns = TestNs::new("deposed").await;
+    let log = watch_holders(&ns);
+    let own_ns = ns.ns.clone();
+    let le = ["--leader-elect", "--leader-election-namespace", own_ns.as_str(), "--leader-election-lease", "le"];
+    let leases = ns.api::<Lease>();
+    let leader = || async {
+        leases.get_opt("le").await.ok().flatten().and_then(|l| l.spec?.holder_identity).unwrap_or_default()
+    };
+    ns.create_lock("l", json!({})).await;
+    let a = ns.start_operator_with(&[("LEASEHOLD_FAILPOINT", "stop-before-lease-handover")], &le);
+    wait_until("a leads", WAIT, || async { leader().await.starts_with("operator-0_") }).await;
+    ns.create_gated_pod("first", "l", "2s").await;
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    ns.create_gated_pod("second", "l", "600s").await;
+    let first = wait_pod(&ns, "first", "granted by a", |p| !is_gated(p)).await;
+    // first finishes after 2 s; a prepares the handover to second and stops before writing it.
+    let pid = ns.operator_pid(a);
+    wait_until("a stopped before the handover write", WAIT, || async { proc_state(pid) == Some('T') }).await;
+    assert!(is_gated(&ns.api::<Pod>().get("second").await.unwrap()), "nothing written before the pause");
+
+    let b = ns.start_operator_with(&[], &le);
+    let second = wait_pod(&ns, "second", "granted by b once a's leader lease expired", |p| !is_gated(p)).await;
+    assert!(leader().await.starts_with("operator-1_"), "b leads");
+    let (t1, t2) = (token_of(&first).unwrap(), token_of(&second).unwrap());
+    assert!(t2 > t1);
+
+    // a resumes mid-reconcile with its stale view and writes at once.
+    assert!(std::process::Command::new("kill").args(["-CONT", &pid.to_string()]).status().unwrap().success());
+    ns.wait_operator_exit(a).await;
+    let a_log = ns.operator_log(a);
+    assert!(a_log.contains("failpoint: resumed"), "{a_log}");
+    // Two tasks race once a runs again: the reconcile sends its stale write, and the leader
+    // election notices the loss and exits the process. Either way nothing of a's may stand.
+    let after = &a_log[a_log.find("failpoint: resumed").unwrap()..];
+    let refused = after.contains("reconcile failed") && (after.contains("409") || after.contains("modified"));
+    eprintln!("deposed leader: {}", if refused { "its stale write was refused (409)" } else { "exited first" });
+    assert!(!after.contains("granted"), "a deposed leader's grant went through:\n{after}");
+    assert!(a_log.contains("lost leadership"), "a noticed it was deposed:\n{a_log}");
+    let lease = leases.get("l").await.unwrap();
+    assert_eq!(lease.spec.and_then(|s| s.holder_identity).as_deref(), Some("second"));
+    assert_eq!(lease_token(&leases.get("l").await.unwrap()), Some(t2), "b's grant stands");
+    assert_eq!(token_of(&ns.api::<Pod>().get("second").await.unwrap()), Some(t2));
+    let seen = snapshot(&log);
+    assert!(seen.overlaps.is_empty(), "two holders at once: {:?}", seen.overlaps);
+    assert_eq!(seen.grants.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(), ["first", "second"]);
+    assert!(ns.operator_alive(b), "b keeps leading");
+    ns.cleanup().await;
+}

@@ -132,9 +132,19 @@ impl TestNs {
 
     /// Starts an operator process serving only this namespace; `env` adds variables.
     pub fn start_operator(&mut self, env: &[(&str, &str)]) -> usize {
+        self.start_operator_with(env, &[])
+    }
+
+    /// Like [`TestNs::start_operator`], with extra command-line arguments.
+    pub fn start_operator_with(&mut self, env: &[(&str, &str)], args: &[&str]) -> usize {
         let idx = self.operators.len();
-        self.operators.push(Operator::start(&self.kubeconfig, &self.ns, idx, env));
+        self.operators.push(Operator::start(&self.kubeconfig, &self.ns, idx, env, args));
         idx
+    }
+
+    /// The process ID of operator `idx` (it must be running).
+    pub fn operator_pid(&self, idx: usize) -> u32 {
+        self.operators[idx].child.as_ref().expect("operator running").id()
     }
 
     /// Waits until operator `idx` has exited by itself.
@@ -241,7 +251,7 @@ pub struct Operator {
 }
 
 impl Operator {
-    fn start(kubeconfig: &PathBuf, ns: &str, idx: usize, env: &[(&str, &str)]) -> Operator {
+    fn start(kubeconfig: &PathBuf, ns: &str, idx: usize, env: &[(&str, &str)], args: &[&str]) -> Operator {
         let dir = repo().join("target/e2e-logs");
         std::fs::create_dir_all(&dir).unwrap();
         let log = dir.join(format!("{ns}-operator-{idx}.log"));
@@ -250,6 +260,7 @@ impl Operator {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_leasehold"));
         cmd.args(["operator", "--namespace", ns, "--admin-addr", &format!("127.0.0.1:{port}")])
             .args(["--instance", &format!("operator-{idx}")])
+            .args(args)
             .env("KUBECONFIG", kubeconfig)
             .env("RUST_LOG", "info,leasehold=debug")
             .stdout(file.try_clone().unwrap())

@@ -131,6 +131,9 @@ pub async fn reconcile(lock: Arc<DistributedLock>, ctx: Arc<Context>) -> Result<
                 }
             }
             Decision::UpdateLease { holder, released, floor } => {
+                if holder.is_some() && released.is_some() {
+                    ctx.failpoint("stop-before-lease-handover");
+                }
                 let observed = lease_obj.as_ref().ok_or(Error::MissingField("Lease"))?;
                 let written = lease::update(&lease_api, &lock, observed, holder.as_ref(), floor)
                     .await

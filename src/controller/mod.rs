@@ -73,10 +73,20 @@ impl Context {
         })
     }
 
-    /// Aborts the process (as SIGKILL would stop it) when the env var `LEASEHOLD_FAILPOINT`
-    /// equals `name`. Used by end-to-end tests to kill the operator between two writes.
+    /// Test-only crash point: when the env var `LEASEHOLD_FAILPOINT` equals `name`, the process
+    /// aborts (as SIGKILL would stop it), or, for a name starting with `stop-`, sends itself
+    /// SIGSTOP (as a GC pause or a frozen VM would stop it) and carries on where it was once
+    /// someone sends SIGCONT. Used by end-to-end tests to stop the operator between two writes.
     pub fn failpoint(&self, name: &str) {
         if self.failpoint.as_deref() == Some(name) {
+            if name.starts_with("stop-") {
+                tracing::warn!(failpoint = name, "failpoint hit: stopping (SIGSTOP) until SIGCONT");
+                if let Err(e) = nix::sys::signal::raise(nix::sys::signal::Signal::SIGSTOP) {
+                    tracing::error!(error = %e, "failpoint: SIGSTOP failed");
+                }
+                tracing::warn!(failpoint = name, "failpoint: resumed");
+                return;
+            }
             tracing::warn!(failpoint = name, "failpoint hit: aborting");
             std::process::abort();
         }
