@@ -195,6 +195,12 @@ async fn paused_holder_loses_the_lock_and_its_late_write_is_rejected_by_the_fenc
     // ...and A's `leasehold lock` notices it cannot renew, stops its command and exits 5.
     assert_eq!(a.wait_exit().await, 5, "log:\n{}", a.output());
     assert!(a.output().contains("lost lock"), "{}", a.output());
+    // On its way out A releases; it no longer holds, so the owner-verified release is refused
+    // and changes nothing: B keeps the lock with its token.
+    assert_eq!(lease_holder(&ns, "l").await.as_deref(), Some("b"), "A's release took B's lock");
+    let lease = ns.api::<Lease>().get("l").await.unwrap();
+    let token = lease.metadata.annotations.and_then(|a| a.get("leasehold.dev/fencing-token").cloned());
+    assert_eq!(token, Some(b_token.to_string()));
     let _ = b.child.kill();
     ns.cleanup().await;
 }
