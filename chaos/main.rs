@@ -1,0 +1,848 @@
+//! Chaos run (`make chaos`): real holders of every kind on several locks, a nemesis that injects
+//! real faults into the local control plane, the operator and the holders, and a checker that
+//! reads the history afterwards ([`check`]). Jepsen's shape: workload, nemesis, checker.
+//!
+//! `cargo test --test chaos -- [--duration 10m] [--seed N] [--plant ignore-release] [--out DIR]`
+//! runs one run. Without `--duration` (as `make test` runs it) it runs the CI pair: a short run
+//! that must be clean, and a short run with a planted bug (a library holder that keeps writing
+//! after its release) that the checker must catch. Exit status 1 when a verdict is wrong.
+//!
+//! Everything runs on its own control plane (`e2e/cluster.sh up chaos`) and PostgreSQL
+//! (`e2e/harness/postgres.sh up chaos`), both stopped at the end. Output in `target/chaos/`:
+//! `history.json` (sections, fenced writes, faults), `summary.json`, `grants.png`.
+
+mod check;
+mod sink;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use check::{Fault, Kind, Section};
+use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::watcher;
+use kube::{Client, Config, ResourceExt};
+use leasehold::crd::{DistributedLock, DistributedLockClaim};
+use leasehold::holder::Holder;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde_json::json;
+
+/// Nanoseconds of `CLOCK_MONOTONIC`: one clock for the runner and every section process.
+fn now_ns() -> u64 {
+    let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).expect("CLOCK_MONOTONIC");
+    t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
+}
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Lease duration of every lock, seconds (short, so that pauses outlast it).
+const LEASE_SECS: u64 = 3;
+/// The operator's leader-election lease (`leader::LEASE_DURATION_SECONDS`).
+const LEADER_LEASE_SECS: u64 = 15;
+
+#[derive(Clone, Debug)]
+struct Args {
+    duration: Duration,
+    seed: u64,
+    plant: bool,
+    out: PathBuf,
+    locks: usize,
+}
+
+fn main() {
+    let argv: Vec<String> = std::env::args().collect();
+    if argv.get(1).map(String::as_str) == Some("section") {
+        return section_main(&argv[2..]);
+    }
+    let value = |flag: &str| argv.iter().position(|a| a == flag).and_then(|i| argv.get(i + 1)).cloned();
+    let seed = value("--seed").or(std::env::var("CHAOS_SEED").ok()).map_or(1, |s| s.parse().expect("--seed N"));
+    let out = value("--out").map_or(repo().join("target/chaos"), PathBuf::from);
+    let locks = value("--locks").map_or(3, |s| s.parse().expect("--locks N"));
+    let duration = value("--duration").or(std::env::var("CHAOS_DURATION").ok());
+    let rt = tokio::runtime::Runtime::new().expect("tokio runtime");
+    let code = match duration {
+        Some(d) => {
+            let duration = *d.parse::<humantime::Duration>().expect("--duration like 10m");
+            let plant = value("--plant").is_some_and(|p| p == "ignore-release");
+            let args = Args { duration, seed, plant, out, locks };
+            let report = rt.block_on(run(&args));
+            i32::from(!report.ok())
+        }
+        None => {
+            // The CI pair: a clean short run, then the same checker must catch a planted bug.
+            let clean = Args { duration: Duration::from_secs(100), seed, plant: false, out: out.clone(), locks };
+            let clean_ok = rt.block_on(run(&clean)).ok();
+            let planted = Args { duration: Duration::from_secs(40), plant: true, out: out.join("planted"), ..clean };
+            let caught = !rt.block_on(run(&planted)).ok();
+            println!(
+                "chaos CI: clean run {}, planted bug {}",
+                verdict(clean_ok),
+                if caught { "caught" } else { "MISSED" }
+            );
+            i32::from(!(clean_ok && caught))
+        }
+    };
+    std::process::exit(code);
+}
+
+fn verdict(ok: bool) -> &'static str {
+    if ok { "passed" } else { "FAILED" }
+}
+
+// ------------------------------------------------------------------------------------------
+// The section process: the command a `leasehold lock` holder runs.
+
+/// `section --lock L --pg PORT --log FILE --pids DIR`: records its start, writes to the fenced
+/// sink with `$LEASEHOLD_FENCING_TOKEN`, works 100-300 ms, writes again, records its end. On
+/// SIGTERM (the lock was lost) it records its end and exits 143.
+fn section_main(args: &[String]) {
+    let value = |flag: &str| args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1)).cloned().unwrap();
+    let (lock, port, log, pids) = (value("--lock"), value("--pg"), value("--log"), value("--pids"));
+    let token: i64 = std::env::var("LEASEHOLD_FENCING_TOKEN").expect("token").parse().expect("token");
+    let holder = std::env::var("LEASEHOLD_HOLDER").expect("holder identity");
+    let _ = std::fs::write(Path::new(&pids).join(&holder), std::process::id().to_string());
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async move {
+        let record = |ev: &str| {
+            let line = json!({"ev": ev, "lock": lock, "holder": holder, "token": token, "t": now_ns()});
+            use std::io::Write as _;
+            let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&log).unwrap();
+            let _ = writeln!(f, "{line}");
+        };
+        record("start");
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).unwrap();
+        let work = async {
+            let db = sink::connect(port.parse().unwrap()).await.ok()?;
+            sink::write(&db, &lock, &holder, token, now_ns()).await.ok()?;
+            let ms = rand::rng().random_range(100..300);
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            sink::write(&db, &lock, &holder, token, now_ns()).await.ok()
+        };
+        let code = tokio::select! {
+            _ = work => 0,
+            _ = term.recv() => 143,
+        };
+        record("end");
+        std::process::exit(code);
+    });
+}
+
+// ------------------------------------------------------------------------------------------
+// The run.
+
+/// Everything the workers and the nemesis share.
+struct World {
+    client: Client,
+    ns: String,
+    locks: Vec<String>,
+    pg_port: u16,
+    out: PathBuf,
+    kubeconfig: PathBuf,
+    cluster_dir: PathBuf,
+    /// Stop starting new work.
+    stopping: AtomicBool,
+    sections: Mutex<Vec<Section>>,
+    faults: Mutex<Vec<Fault>>,
+    /// Waiters still waiting: identity -> lock.
+    waiting: Mutex<BTreeMap<String, String>>,
+    /// Waits that ended without a grant or a reason after the faults healed.
+    lost: AtomicU64,
+    /// `leasehold lock` supervisors: identity -> pid.
+    cli_pids: Mutex<BTreeMap<String, u32>>,
+    operators: Mutex<Vec<Operator>>,
+    plant: bool,
+    seq: AtomicU64,
+}
+
+struct Operator {
+    instance: String,
+    child: Option<Child>,
+    admin_port: u16,
+    /// Killed on purpose; restart at this time (ns).
+    restart_at: Option<u64>,
+}
+
+impl World {
+    fn record(&self, s: Section) {
+        self.sections.lock().unwrap().push(s);
+    }
+    fn next(&self) -> u64 {
+        self.seq.fetch_add(1, Ordering::Relaxed)
+    }
+}
+
+fn sh(args: &[&str]) -> String {
+    let out = Command::new(args[0]).args(&args[1..]).current_dir(repo()).stderr(Stdio::inherit()).output().unwrap();
+    assert!(out.status.success(), "{args:?} failed");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn export_value(out: &str, var: &str) -> String {
+    let prefix = format!("export {var}=");
+    out.lines().rev().find_map(|l| l.strip_prefix(&prefix)).unwrap_or_else(|| panic!("no {var}")).trim().to_string()
+}
+
+async fn run(args: &Args) -> check::Report {
+    std::fs::create_dir_all(&args.out).unwrap();
+    let kubeconfig = PathBuf::from(export_value(&sh(&["bash", "e2e/cluster.sh", "up", "chaos"]), "KUBECONFIG"));
+    let pg_port: u16 =
+        export_value(&sh(&["bash", "e2e/harness/postgres.sh", "up", "chaos"]), "LEASEHOLD_PG_PORT").parse().unwrap();
+    let kc = kube::config::Kubeconfig::read_from(&kubeconfig).unwrap();
+    let cfg = Config::from_custom_kubeconfig(kc, &Default::default()).await.unwrap();
+    let client = Client::try_from(cfg).unwrap();
+    install_crds(&client).await;
+    let ns = format!("chaos-{}-{}", args.seed, std::process::id());
+    let nss: Api<Namespace> = Api::all(client.clone());
+    nss.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap())
+        .await
+        .unwrap();
+    let locks: Vec<String> = (0..args.locks).map(|i| format!("l{i}")).collect();
+    let db = sink::connect(pg_port).await.expect("PostgreSQL");
+    sink::reset(&db, &locks).await.unwrap();
+    let lock_api: Api<DistributedLock> = Api::namespaced(client.clone(), &ns);
+    for l in &locks {
+        let lock = json!({"apiVersion": "leasehold.dev/v1alpha1", "kind": "DistributedLock", "metadata": {"name": l},
+                          "spec": {"leaseDurationSeconds": LEASE_SECS, "nodeLossTimeoutSeconds": LEASE_SECS + 2}});
+        lock_api.create(&PostParams::default(), &serde_json::from_value(lock).unwrap()).await.unwrap();
+    }
+    let _ = std::fs::remove_dir_all(args.out.join("pids"));
+    std::fs::create_dir_all(args.out.join("pids")).unwrap();
+    let _ = std::fs::remove_file(args.out.join("sections.jsonl"));
+    for i in 0..2 {
+        let _ = std::fs::remove_file(args.out.join(format!("op-{i}.log")));
+    }
+    let operators =
+        (0..2).map(|i| start_operator_proc(&format!("op-{i}"), &ns, &args.out, &kubeconfig, None)).collect();
+    let world = Arc::new(World {
+        client: client.clone(),
+        ns: ns.clone(),
+        locks: locks.clone(),
+        pg_port,
+        out: args.out.clone(),
+        cluster_dir: kubeconfig.parent().unwrap().to_path_buf(),
+        kubeconfig,
+        stopping: AtomicBool::new(false),
+        sections: Mutex::default(),
+        faults: Mutex::default(),
+        waiting: Mutex::default(),
+        lost: AtomicU64::new(0),
+        cli_pids: Mutex::default(),
+        operators: Mutex::new(operators),
+        plant: args.plant,
+        seq: AtomicU64::new(0),
+    });
+    let started = now_ns();
+    println!(
+        "chaos: namespace {ns}, {} locks, {:?}, seed {}, plant {}",
+        locks.len(),
+        args.duration,
+        args.seed,
+        args.plant
+    );
+
+    let mut tasks = vec![tokio::spawn(supervise_operators(world.clone()))];
+    tasks.push(tokio::spawn(watch_pods(world.clone())));
+    for l in &locks {
+        for i in 0..2 {
+            tasks.push(tokio::spawn(library_worker(world.clone(), l.clone(), i)));
+        }
+        tasks.push(tokio::spawn(cli_worker(world.clone(), l.clone())));
+        tasks.push(tokio::spawn(pod_worker(world.clone(), l.clone())));
+    }
+    nemesis(world.clone(), args.duration, args.seed).await;
+    let healed = now_ns();
+    // Every fault has healed: stop starting work; every waiter must now be served or told why.
+    world.stopping.store(true, Ordering::SeqCst);
+    let bound = Duration::from_secs(90);
+    let deadline = tokio::time::Instant::now() + bound;
+    while tokio::time::Instant::now() < deadline && !world.waiting.lock().unwrap().is_empty() {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let left: Vec<(String, String)> = world.waiting.lock().unwrap().clone().into_iter().collect();
+    tokio::time::sleep(Duration::from_secs(2)).await; // last sections end, last writes land
+    for t in &tasks {
+        t.abort();
+    }
+    for op in world.operators.lock().unwrap().iter_mut() {
+        if let Some(c) = op.child.as_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    // The history.
+    let mut sections = world.sections.lock().unwrap().clone();
+    sections.extend(cli_sections(&args.out.join("sections.jsonl")));
+    let writes = sink::history(&db).await.unwrap();
+    let faults = world.faults.lock().unwrap().clone();
+    let report = check::check(&sections, &writes, &faults);
+    let summary =
+        summarize(&report, &sections, &faults, &left, world.lost.load(Ordering::Relaxed), started, healed, args);
+    std::fs::write(
+        args.out.join("history.json"),
+        serde_json::to_string(&json!({"sections": sections, "writes": writes, "faults": faults})).unwrap(),
+    )
+    .unwrap();
+    std::fs::write(args.out.join("summary.json"), serde_json::to_string_pretty(&summary).unwrap()).unwrap();
+    plot(&args.out.join("grants.png"), &sections, &faults, started);
+    println!("{}", serde_json::to_string_pretty(&summary).unwrap());
+    let _ = nss.delete(&ns, &DeleteParams::default()).await;
+    sh(&["bash", "e2e/cluster.sh", "down", "chaos"]);
+    sh(&["bash", "e2e/harness/postgres.sh", "down", "chaos"]);
+    let lost_waiters = !left.is_empty() || world.lost.load(Ordering::Relaxed) > 0;
+    let mut report = report;
+    if lost_waiters {
+        // Folded into the verdict: a lost waiter fails the run like a forbidden overlap.
+        report.token_errors.push(("*".into(), format!("lost waiters: {left:?}"), 0, 0));
+    }
+    report
+}
+
+async fn install_crds(client: &Client) {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in leasehold::crd::all_crds() {
+        let name = crd.name_any();
+        api.patch(&name, &PatchParams::apply("leasehold-chaos").force(), &Patch::Apply(&crd)).await.unwrap();
+        let established = kube::runtime::wait::conditions::is_crd_established();
+        kube::runtime::wait::await_condition(api.clone(), &name, established).await.unwrap();
+    }
+}
+
+fn start_operator_proc(instance: &str, ns: &str, out: &Path, kubeconfig: &Path, port: Option<u16>) -> Operator {
+    let admin_port =
+        port.unwrap_or_else(|| std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port());
+    let log = std::fs::OpenOptions::new().create(true).append(true).open(out.join(format!("{instance}.log"))).unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["operator", "--namespace", ns, "--instance", instance])
+        .args(["--admin-addr", &format!("127.0.0.1:{admin_port}")])
+        .args(["--leader-elect", "--leader-election-namespace", ns, "--leader-election-lease", "le"])
+        .env("KUBECONFIG", kubeconfig)
+        .env("RUST_LOG", "info,kube=warn")
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .expect("start operator");
+    Operator { instance: instance.into(), child: Some(child), admin_port, restart_at: None }
+}
+
+/// Restarts an operator replica that exited (a deposed leader exits 1 by design; a killed one
+/// comes back when the nemesis says).
+async fn supervise_operators(w: Arc<World>) {
+    loop {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let mut ops = w.operators.lock().unwrap();
+        for op in ops.iter_mut() {
+            let exited = op.child.as_mut().is_none_or(|c| c.try_wait().ok().flatten().is_some());
+            let due = op.restart_at.is_none_or(|t| now_ns() >= t);
+            if exited && due {
+                *op = start_operator_proc(&op.instance, &w.ns, &w.out, &w.kubeconfig, Some(op.admin_port));
+            }
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// Workers.
+
+/// A library holder: acquire, write, work, write, release; again.
+async fn library_worker(w: Arc<World>, lock: String, i: usize) {
+    let mut n = 0;
+    while !w.stopping.load(Ordering::SeqCst) {
+        n += 1;
+        let id = format!("lib-{lock}-{i}-{n}");
+        w.waiting.lock().unwrap().insert(id.clone(), lock.clone());
+        let holder = Holder::new(w.client.clone(), &w.ns, &lock, &id);
+        let result = holder.acquire(Some(Duration::from_secs(60))).await;
+        w.waiting.lock().unwrap().remove(&id);
+        let guard = match result {
+            Ok(g) => g,
+            Err(e) => {
+                if w.stopping.load(Ordering::SeqCst) {
+                    eprintln!("chaos: {id} not served after the faults healed: {e}");
+                    w.lost.fetch_add(1, Ordering::Relaxed);
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            }
+        };
+        let token = guard.token();
+        let start = now_ns();
+        let db = sink::connect(w.pg_port).await.ok();
+        let work = async {
+            if let Some(db) = &db {
+                let _ = sink::write(db, &lock, &id, token, now_ns()).await;
+            }
+            let ms = rand::rng().random_range(100..300);
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            if let Some(db) = &db {
+                let _ = sink::write(db, &lock, &id, token, now_ns()).await;
+            }
+        };
+        tokio::select! {
+            _ = work => {}
+            _ = guard.lost() => {}
+        }
+        let mut end = now_ns();
+        let planted = w.plant && lock == "l0" && i == 0;
+        let _ = guard.release().await;
+        if planted {
+            // The planted bug: this holder goes on working after it released the lock.
+            tokio::time::sleep(Duration::from_millis(400)).await;
+            if let Some(db) = &db {
+                let _ = sink::write(db, &lock, &id, token, now_ns()).await;
+            }
+            end = now_ns();
+        }
+        w.record(Section { lock: lock.clone(), holder: id, kind: Kind::Library, token, start, end });
+    }
+}
+
+/// A `leasehold lock` holder running the section process; again.
+async fn cli_worker(w: Arc<World>, lock: String) {
+    let mut n = 0;
+    while !w.stopping.load(Ordering::SeqCst) {
+        n += 1;
+        let id = format!("cli-{lock}-{n}");
+        let exe = std::env::current_exe().unwrap();
+        let (log, pids) = (w.out.join("sections.jsonl"), w.out.join("pids"));
+        let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+            .args(["lock", &lock, "-n", &w.ns, "--identity", &id, "--wait-timeout", "60s", "--"])
+            .arg(&exe)
+            .args(["section", "--lock", &lock, "--pg", &w.pg_port.to_string()])
+            .arg("--log")
+            .arg(&log)
+            .arg("--pids")
+            .arg(&pids)
+            .env("KUBECONFIG", &w.kubeconfig)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("leasehold lock");
+        w.waiting.lock().unwrap().insert(id.clone(), lock.clone());
+        w.cli_pids.lock().unwrap().insert(id.clone(), child.id().unwrap_or(0));
+        let watch_grant = {
+            let (w, id, pids) = (w.clone(), id.clone(), pids.clone());
+            tokio::spawn(async move {
+                while !pids.join(&id).exists() {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                w.waiting.lock().unwrap().remove(&id);
+            })
+        };
+        let out = child.wait_with_output().await.unwrap();
+        watch_grant.abort();
+        let was_waiting = w.waiting.lock().unwrap().remove(&id).is_some();
+        w.cli_pids.lock().unwrap().remove(&id);
+        // Exit 1 with a reason (wait timeout, claim deleted) is "told why"; counted as lost only
+        // after the faults healed.
+        if was_waiting && w.stopping.load(Ordering::SeqCst) {
+            eprintln!("chaos: {id} not served after the faults healed: {}", String::from_utf8_lossy(&out.stderr));
+            w.lost.fetch_add(1, Ordering::Relaxed);
+        }
+        if !was_waiting {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+/// Keeps one gated pod waiting per lock; kwok completes each 100-400 ms after it starts.
+async fn pod_worker(w: Arc<World>, lock: String) {
+    let pods: Api<Pod> = Api::namespaced(w.client.clone(), &w.ns);
+    let mut n = 0;
+    while !w.stopping.load(Ordering::SeqCst) {
+        let waiting = w.waiting.lock().unwrap().values().filter(|l| **l == lock).count();
+        let pending = w.waiting.lock().unwrap().keys().any(|k| k.starts_with(&format!("pod-{lock}-")));
+        if !pending && waiting < 4 {
+            n += 1;
+            let name = format!("pod-{lock}-{n}");
+            let ms = rand::rng().random_range(100..400);
+            let pod = json!({
+                "metadata": {"name": name, "annotations": {"leasehold.dev/lock": lock, "pod-complete.stage.kwok.x-k8s.io/delay": format!("{ms}ms")}},
+                "spec": {"schedulingGates": [{"name": "leasehold.dev/lock"}], "terminationGracePeriodSeconds": 1,
+                         "containers": [{"name": "main", "image": "busybox"}]},
+            });
+            if pods.create(&PostParams::default(), &serde_json::from_value(pod).unwrap()).await.is_ok() {
+                w.waiting.lock().unwrap().insert(name, lock.clone());
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+/// Pod sections as a watch sees them: ungated with a token until Succeeded/Failed or gone. The
+/// fenced write is done on the pod's behalf when it is first seen ungated.
+async fn watch_pods(w: Arc<World>) {
+    let pods: Api<Pod> = Api::namespaced(w.client.clone(), &w.ns);
+    let db = sink::connect(w.pg_port).await.expect("PostgreSQL");
+    let mut open: BTreeMap<String, (String, i64, u64)> = BTreeMap::new();
+    let mut done: std::collections::BTreeSet<String> = Default::default();
+    let mut stream = watcher(pods.clone(), watcher::Config::default()).boxed();
+    while let Some(ev) = stream.next().await {
+        let now = now_ns();
+        let (seen, gone): (Vec<Pod>, Vec<Pod>) = match ev {
+            Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) => (vec![p], vec![]),
+            Ok(watcher::Event::Delete(p)) => (vec![], vec![p]),
+            _ => continue,
+        };
+        for p in seen {
+            let name = p.name_any();
+            let gated = p.spec.as_ref().and_then(|s| s.scheduling_gates.as_ref()).is_some_and(|g| !g.is_empty());
+            let token = p.annotations().get("leasehold.dev/fencing-token").and_then(|t| t.parse::<i64>().ok());
+            let lock = p.annotations().get("leasehold.dev/lock").cloned().unwrap_or_default();
+            let phase = p.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_default();
+            let terminal = phase == "Succeeded" || phase == "Failed";
+            if let (false, Some(token), false) = (gated, token, open.contains_key(&name) || done.contains(&name)) {
+                w.waiting.lock().unwrap().remove(&name);
+                open.insert(name.clone(), (lock.clone(), token, now));
+                let _ = sink::write(&db, &lock, &name, token, now).await;
+            }
+            if terminal {
+                w.waiting.lock().unwrap().remove(&name);
+                if let Some((lock, token, start)) = open.remove(&name) {
+                    w.record(Section { lock, holder: name.clone(), kind: Kind::Pod, token, start, end: now });
+                }
+                if done.insert(name.clone()) {
+                    let pods = pods.clone();
+                    tokio::spawn(async move { pods.delete(&name, &DeleteParams::default()).await });
+                }
+            }
+        }
+        for p in gone {
+            let name = p.name_any();
+            w.waiting.lock().unwrap().remove(&name);
+            if let Some((lock, token, start)) = open.remove(&name) {
+                w.record(Section { lock, holder: name, kind: Kind::Pod, token, start, end: now });
+            }
+        }
+    }
+}
+
+/// Sections of the `leasehold lock` commands, from their start/end lines.
+fn cli_sections(path: &Path) -> Vec<Section> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let mut open: BTreeMap<(String, i64), (String, u64)> = BTreeMap::new();
+    let mut out = vec![];
+    for line in text.lines() {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else { continue };
+        let (holder, token, t) = (
+            v["holder"].as_str().unwrap_or("").to_string(),
+            v["token"].as_i64().unwrap_or(0),
+            v["t"].as_u64().unwrap_or(0),
+        );
+        let lock = v["lock"].as_str().unwrap_or("").to_string();
+        match v["ev"].as_str() {
+            Some("start") => {
+                open.insert((holder, token), (lock, t));
+            }
+            Some("end") => {
+                if let Some((lock, start)) = open.remove(&(holder.clone(), token)) {
+                    out.push(Section { lock, holder, kind: Kind::Cli, token, start, end: t });
+                }
+            }
+            _ => {}
+        }
+    }
+    // A command that never recorded its end ran until the run ended (killed with its group).
+    out.extend(open.into_iter().map(|((holder, token), (lock, start))| Section {
+        lock,
+        holder,
+        kind: Kind::Cli,
+        token,
+        start,
+        end: u64::MAX,
+    }));
+    out
+}
+
+// ------------------------------------------------------------------------------------------
+// The nemesis.
+
+const FAULTS: &[(&str, u32)] = &[
+    ("operator-kill", 3),
+    ("leader-pause", 1),
+    ("apiserver-restart", 1),
+    ("etcd-pause", 2),
+    ("kcm-restart", 1),
+    ("holder-pause", 3),
+    ("supervisor-pause", 2),
+    ("node-loss", 1),
+    ("lease-delete", 2),
+    ("lease-edit", 2),
+    ("claim-delete", 2),
+];
+
+/// Injects faults at random times (seeded: the same seed gives the same schedule of kinds,
+/// gaps and durations) until `duration` has passed, each healed after a random time; several
+/// may be active at once. Returns when every fault has healed.
+async fn nemesis(w: Arc<World>, duration: Duration, seed: u64) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let end = tokio::time::Instant::now() + duration;
+    let total: u32 = FAULTS.iter().map(|f| f.1).sum();
+    let mut active = vec![];
+    // The first seconds without faults: the workload gets going.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    while tokio::time::Instant::now() < end {
+        let mut pick = rng.random_range(0..total);
+        let kind = FAULTS
+            .iter()
+            .find(|(_, weight)| {
+                if pick < *weight {
+                    true
+                } else {
+                    pick -= weight;
+                    false
+                }
+            })
+            .unwrap()
+            .0;
+        // Long faults only when the run is long enough to see the system recover from them.
+        let long = matches!(kind, "node-loss" | "leader-pause");
+        if long && duration < Duration::from_secs(300) {
+            continue;
+        }
+        let hold = Duration::from_millis(match kind {
+            "leader-pause" => (LEADER_LEASE_SECS + 2) * 1000 + rng.random_range(0..3000),
+            "node-loss" => 45_000 + rng.random_range(0..5000),
+            "holder-pause" | "supervisor-pause" => (LEASE_SECS + 1) * 1000 + rng.random_range(0..2000),
+            "etcd-pause" => rng.random_range(500..4000),
+            _ => rng.random_range(200..3000),
+        });
+        let pick_index = rng.random_range(0..1000usize);
+        active.push(tokio::spawn(inject(w.clone(), kind, hold, pick_index)));
+        active.retain(|t| !t.is_finished());
+        tokio::time::sleep(Duration::from_millis(rng.random_range(1000..6000))).await;
+    }
+    for t in active {
+        let _ = t.await;
+    }
+}
+
+fn pid_of(w: &World, component: &str) -> Option<i32> {
+    std::fs::read_to_string(w.cluster_dir.join(format!("pids/{component}.pid"))).ok()?.trim().parse().ok()
+}
+
+fn signal(pid: i32, sig: nix::sys::signal::Signal) {
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig);
+}
+
+/// The replica that leads now (from the leader-election Lease), as an index.
+async fn leader(w: &World) -> Option<usize> {
+    let leases: Api<Lease> = Api::namespaced(w.client.clone(), &w.ns);
+    let holder = leases.get_opt("le").await.ok().flatten()?.spec?.holder_identity?;
+    w.operators.lock().unwrap().iter().position(|o| holder.starts_with(&format!("{}_", o.instance)))
+}
+
+async fn inject(w: Arc<World>, kind: &'static str, hold: Duration, pick: usize) {
+    use nix::sys::signal::Signal::{SIGCONT, SIGKILL, SIGSTOP};
+    let start = now_ns();
+    let mut target = String::from("-");
+    let cluster_up = || {
+        let _ = Command::new("bash").args(["e2e/cluster.sh", "up", "chaos"]).current_dir(repo()).output();
+    };
+    match kind {
+        "operator-kill" | "leader-pause" => {
+            let idx = leader(&w).await.unwrap_or(pick % 2);
+            let pid = {
+                let mut ops = w.operators.lock().unwrap();
+                let op = &mut ops[idx];
+                target = op.instance.clone();
+                if kind == "operator-kill" {
+                    op.restart_at = Some(now_ns() + hold.as_nanos() as u64);
+                }
+                op.child.as_ref().map(|c| c.id() as i32)
+            };
+            let Some(pid) = pid else { return };
+            if kind == "operator-kill" {
+                signal(pid, SIGKILL);
+                tokio::time::sleep(hold).await;
+            } else {
+                signal(pid, SIGSTOP);
+                tokio::time::sleep(hold).await;
+                signal(pid, SIGCONT);
+            }
+        }
+        "apiserver-restart" | "kcm-restart" => {
+            let comp = if kind == "apiserver-restart" { "kube-apiserver" } else { "kube-controller-manager" };
+            target = comp.into();
+            if let Some(pid) = pid_of(&w, comp) {
+                signal(-pid, SIGKILL);
+            }
+            tokio::time::sleep(hold).await;
+            tokio::task::spawn_blocking(cluster_up).await.unwrap();
+        }
+        "etcd-pause" | "node-loss" => {
+            let comp = if kind == "etcd-pause" { "etcd" } else { "kwok" };
+            target = if kind == "node-loss" { "*".into() } else { comp.into() };
+            let Some(pid) = pid_of(&w, comp) else { return };
+            signal(pid, SIGSTOP);
+            tokio::time::sleep(hold).await;
+            signal(pid, SIGCONT);
+        }
+        "holder-pause" | "supervisor-pause" => {
+            let running: Vec<(String, u32)> = {
+                let pids = w.cli_pids.lock().unwrap();
+                pids.iter()
+                    .filter(|(id, _)| w.out.join("pids").join(id).exists())
+                    .map(|(k, v)| (k.clone(), *v))
+                    .collect()
+            };
+            if running.is_empty() {
+                return;
+            }
+            let (id, supervisor) = running[pick % running.len()].clone();
+            target = id.clone();
+            let command: Option<i32> =
+                std::fs::read_to_string(w.out.join("pids").join(&id)).ok().and_then(|s| s.trim().parse().ok());
+            signal(supervisor as i32, SIGSTOP);
+            if kind == "holder-pause"
+                && let Some(c) = command
+            {
+                signal(-c, SIGSTOP); // the command's process group: the command and its watchdog
+            }
+            tokio::time::sleep(hold).await;
+            if let Some(c) = command {
+                signal(-c, SIGCONT);
+            }
+            signal(supervisor as i32, SIGCONT);
+        }
+        "lease-delete" | "lease-edit" => {
+            let lock = &w.locks[pick % w.locks.len()];
+            target = lock.clone();
+            let leases: Api<Lease> = Api::namespaced(w.client.clone(), &w.ns);
+            if kind == "lease-delete" {
+                let _ = leases.delete(lock, &DeleteParams::default()).await;
+            } else {
+                let patch = json!({"spec": {"holderIdentity": "intruder"}});
+                let _ = leases.patch(lock, &PatchParams::default(), &Patch::Merge(&patch)).await;
+            }
+            tokio::time::sleep(hold).await;
+        }
+        "claim-delete" => {
+            let claims: Api<DistributedLockClaim> = Api::namespaced(w.client.clone(), &w.ns);
+            let list = claims.list(&ListParams::default()).await.map(|l| l.items).unwrap_or_default();
+            if let Some(c) = list.get(pick % list.len().max(1)) {
+                target = c.spec.identity.clone();
+                let _ = claims.delete(&c.name_any(), &DeleteParams::default()).await;
+            }
+            tokio::time::sleep(hold).await;
+        }
+        _ => unreachable!("{kind}"),
+    }
+    let end = now_ns();
+    w.faults.lock().unwrap().push(Fault { kind: kind.into(), target, start, end });
+    let _ = w.next();
+}
+
+// ------------------------------------------------------------------------------------------
+// Summary and plot.
+
+#[allow(clippy::too_many_arguments)]
+fn summarize(
+    report: &check::Report,
+    sections: &[Section],
+    faults: &[Fault],
+    left: &[(String, String)],
+    lost: u64,
+    started: u64,
+    healed: u64,
+    args: &Args,
+) -> serde_json::Value {
+    let mut starts: Vec<u64> = sections.iter().map(|s| s.start).collect();
+    starts.sort_unstable();
+    // Recovery per fault kind: from the heal to the next grant on any lock, ms.
+    let mut recovery: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    for f in faults {
+        if let Some(next) = starts.iter().find(|s| **s >= f.end) {
+            recovery.entry(&f.kind).or_default().push((next - f.end) as f64 / 1e6);
+        }
+    }
+    let recovery: BTreeMap<&str, serde_json::Value> = recovery
+        .into_iter()
+        .map(|(k, mut v)| {
+            v.sort_by(f64::total_cmp);
+            (k, json!({"faults": v.len(), "p50_ms": v[v.len() / 2].round(), "max_ms": v[v.len() - 1].round()}))
+        })
+        .collect();
+    let mut by_kind: BTreeMap<String, usize> = BTreeMap::new();
+    for f in faults {
+        *by_kind.entry(f.kind.clone()).or_default() += 1;
+    }
+    let mut allowed: BTreeMap<String, usize> = BTreeMap::new();
+    for o in &report.overlaps {
+        if let Some(a) = o.allowed {
+            *allowed.entry(format!("{a:?}")).or_default() += 1;
+        }
+    }
+    let kinds: BTreeMap<String, usize> = sections.iter().fold(BTreeMap::new(), |mut m, s| {
+        *m.entry(format!("{:?}", s.kind)).or_default() += 1;
+        m
+    });
+    json!({
+        "seed": args.seed,
+        "duration_s": args.duration.as_secs(),
+        "planted_bug": args.plant,
+        "run_s": (healed - started) / 1_000_000_000,
+        "grants": sections.len(),
+        "grants_by_kind": kinds,
+        "grants_by_lock": report.grants,
+        "faults": faults.len(),
+        "faults_by_kind": by_kind,
+        "forbidden_overlaps": report.forbidden().collect::<Vec<_>>(),
+        "repeated_or_decreasing_tokens": report.token_errors,
+        "sink_went_back": report.sink_errors.len(),
+        "stale_writes_rejected": report.stale_rejected,
+        "allowed_overlaps": allowed,
+        "waiters_left": left,
+        "waits_failed_after_heal": lost,
+        "recovery_after_heal": recovery,
+        "verdict": verdict(report.ok() && left.is_empty() && lost == 0),
+    })
+}
+
+/// Cumulative grants over time, one line per lock, faults as red bars on the time axis.
+fn plot(path: &Path, sections: &[Section], faults: &[Fault], t0: u64) {
+    use plotters::prelude::*;
+    let secs = |t: u64| t.saturating_sub(t0) as f64 / 1e9;
+    let end = sections.iter().map(|s| secs(s.start)).fold(1.0, f64::max);
+    let mut by_lock: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    for s in sections {
+        by_lock.entry(&s.lock).or_default().push(secs(s.start));
+    }
+    let top = by_lock.values().map(Vec::len).max().unwrap_or(1) as f64;
+    let root = BitMapBackend::new(path, (1200, 500)).into_drawing_area();
+    let _ = root.fill(&WHITE);
+    let Ok(mut chart) = ChartBuilder::on(&root)
+        .caption("grants per lock over time; faults in red", ("sans-serif", 20))
+        .margin(10)
+        .x_label_area_size(35)
+        .y_label_area_size(50)
+        .build_cartesian_2d(0.0..end, 0.0..top * 1.05)
+    else {
+        return;
+    };
+    let _ = chart.configure_mesh().x_desc("seconds").y_desc("grants").draw();
+    for f in faults {
+        let bar = Rectangle::new([(secs(f.start), 0.0), (secs(f.end), top * 0.03)], RED.mix(0.5).filled());
+        let _ = chart.draw_series(std::iter::once(bar));
+    }
+    for (i, (_, mut starts)) in by_lock.into_iter().enumerate() {
+        starts.sort_by(f64::total_cmp);
+        let color = Palette99::pick(i);
+        let _ =
+            chart.draw_series(LineSeries::new(starts.iter().enumerate().map(|(n, t)| (*t, n as f64 + 1.0)), &color));
+    }
+    let _ = root.present();
+}
