@@ -6,36 +6,80 @@
 //! - **API server**: one lock (status `tokenCeiling`, `highestToken`), its Lease, pods and
 //!   `DistributedLockClaim`s, each with a resourceVersion. Writes land as the operator sends
 //!   them: the token reservation and every Lease update are compare-and-swaps on the
-//!   resourceVersion it read (409 otherwise); Lease create fails if one exists; pod and claim
-//!   patches carry only a UID precondition; the status view is a server-side apply without a
-//!   precondition, so a stale writer overwrites a newer `highestToken`.
+//!   resourceVersion it read (409 otherwise); Lease create fails if one exists; the holder patch
+//!   (ungate + token, or claim granted) and the rejection (pod `Failed`, claim `Rejected`) carry
+//!   UID and resourceVersion preconditions; the start-timeout delete carries only the UID; the
+//!   status view is a server-side apply without a precondition, so a stale writer overwrites a
+//!   newer `highestToken`.
 //! - **Operator processes** (1 or 2; nobody trusts leadership): a cache per object that lags
 //!   independently (any object can be refreshed to its latest version at any time, in any
 //!   order), a reconcile that steps on its cache plus the answers of its own writes, one write
-//!   per action (so a crash or another writer can come between any two writes), and a restart at
-//!   any point that drops the cache (re-listed) and the clocks (they start over).
+//!   per action (so a crash or another writer can come between any two writes; a rejection of
+//!   several waiters is one write per waiter), and a restart at any point that drops the cache
+//!   (re-listed) and the clocks (they start over).
 //! - **Pods**: gated, Pending/Running/Succeeded, graceful deletion (the containers run until the
 //!   object is gone), same-name recreate with a new UID, node loss (the pod keeps running, the
-//!   API cannot tell). Ground truth "its work runs" = ungated and not finished.
+//!   API cannot tell), a per-pod busy policy (`on-busy: skip`, `max-wait`). Rejected: `Failed`;
+//!   one rejected while it ran keeps running until the kubelet has stopped it. Ground truth "its
+//!   work runs" = ungated and not finished. A granted pod may never start (nothing forces
+//!   `PodStarts`): the start timeout deletes it, gracefully (it may start at the edge).
 //! - **Claims and their holder process**: learns its grant, renews the Lease (owner-verified),
 //!   gives up `renewDeadline` after the start of its last successful renewal, can be paused
-//!   (SIGSTOP) past its deadline, can have its claim deleted under it.
+//!   (SIGSTOP) past its deadline, can have its claim deleted under it; a per-claim busy policy.
 //! - **Third parties**: the Lease deleted, or edited to name a waiter with a plausible UID and
 //!   token.
-//! - **Time**: whole seconds; `leaseDurationSeconds` 3, renew deadline 2, node-loss timeout 3.
+//! - **Time**: whole seconds; `leaseDurationSeconds` 3, renew deadline 2, node-loss timeout 3
+//!   (or 1), start timeout 10 000 (effectively off) or 1.
 //!
-//! Invariants:
+//! Invariants (checked in every run):
 //! - **I1** at most one holder whose work runs, except a holder on a lost node or a holder paused
 //!   past its deadline, and then its token is lower than the other's (a fenced resource rejects
 //!   its late writes);
 //! - **I2** tokens handed to holders strictly increase in grant order (never repeat); no token is
 //!   written above the reservation the API server holds; the operator never moves the Lease's
-//!   token below one it handed out.
+//!   token below one it handed out;
+//! - **I3** a waiter is answered once: a waiter marked rejected is never granted afterwards, and
+//!   a rejection never lands on a waiter that was granted;
+//! - **I4** (liveness, in a bounded, settled-state form) in every reachable state that is
+//!   *settled*, no waiter is left unanswered. Settled: the environment owes nothing more (no
+//!   deleted pod still terminating, no rejected pod still stopping, no claim process paused or
+//!   yet to see its grant), every operator's caches equal the API server, no reconcile is half
+//!   way, and every operator's next step (the real step function on those caches, its clocks,
+//!   now) is `Idle` with no requeue, i.e. it writes nothing and sets no timer, so only an
+//!   optional outside event (a new pod, a deletion, a fault) can ever wake it. Unanswered: a
+//!   waiter neither granted nor rejected, except a plain waiter (wait, no max-wait) queued
+//!   behind a holder whose work runs (a started pod may run for ever; that is not the lock's
+//!   fault). A granted pod that never started is not such a holder. Under the usual fairness
+//!   (caches catch up, the operators keep stepping, time passes, pods that were deleted go
+//!   away), an execution that stops changing either settles or keeps a timer armed (a claim
+//!   holder that renews for ever; a timeout that fired without effect and is re-armed at 0), so
+//!   I4 says: whatever the faults did, once things calm down every waiter is granted or told
+//!   why not (skip, max-wait), and the lock is never left free, or held by a pod that never
+//!   starts, with someone waiting. What it does not check: states past the depth bound or past
+//!   the last tick (an operator whose timer is still armed there is not settled); a livelock in
+//!   which an operator keeps writing, or keeps re-arming a timer, for ever (never settled); how
+//!   long an answer takes (no bounded-response bound: caches may lag without limit in the
+//!   model); the order (FIFO) in which waiters are served.
+//!   Why not `Property::eventually`: in stateright 0.31 an `eventually` property is reported
+//!   only on a path that ends in a *terminal* state, one whose every action yields no new state
+//!   inside the boundary; states at the depth bound are dropped before they are checked (never
+//!   terminal), and a path that reaches an already visited state is not terminal either (cycles
+//!   and DAG joins are skipped; the "eventually" bits are not part of the fingerprint). Here
+//!   `Step` is always enabled and an idle step returns the state it started from, so no path
+//!   would ever be terminal and an `eventually` property would pass without checking anything.
+//!
+//! Each run also asserts that its bound reaches a second grant and the events it is for (a
+//! reclaim by start timeout, a LockBusy and a LockWaitTimeout rejection): a bound that explores
+//! nothing would pass. Each planted bug must produce its counterexample.
 //!
 //! Bounds: `LEASEHOLD_MODEL_DEPTH` (replaces each configuration's depth below),
-//! `LEASEHOLD_MODEL_EXTRA_DEPTH` (adds to it; `make model` sets 1) and `LEASEHOLD_MODEL_STATES`. Not modelled yet: start timeout, skip /
-//! max-wait rejections, a lock deleted and recreated, a foreign Lease, watch relists that drop
-//! deletions, liveness (I4).
+//! `LEASEHOLD_MODEL_EXTRA_DEPTH` (adds to it; `make model` sets 1) and `LEASEHOLD_MODEL_STATES`.
+//! A depth bound of d checks paths of at most d - 2 actions (stateright counts the initial state
+//! as depth 1 and drops states at the bound unchecked). Not modelled yet: a lock deleted and
+//! recreated, a foreign Lease, watch relists that drop deletions, the immediate deletion of a
+//! pod that was never bound (modelled as graceful), a no-op status patch that keeps the
+//! resourceVersion (every modelled write bumps it), a pod's status updates other than start /
+//! finish (a Pending pod's condition update would change its resourceVersion).
 
 use std::fmt::Write as _;
 use std::hash::Hash;
@@ -1133,12 +1177,13 @@ fn a_planted_bug_lease_update_without_precondition_is_caught() {
 
 /// A granted pod that does not start within the start timeout (1 s) is deleted and the lock
 /// passes on once it is gone; the pod may still start at the edge (its deletion is then
-/// graceful and the lock waits for it), and a second operator may act on a cache that lags.
+/// graceful and the lock waits for it), while the operator's caches lag, it restarts (its
+/// start clock starts over) and a fault strikes (a node lost, the Lease deleted).
 #[test]
 fn start_timeout_reclaims_a_holder_that_never_starts() {
     let cfg =
         Config { pods: 2, max_time: 3, start_held: true, held_pending: true, start_timeout_secs: 1, ..Config::BASE };
-    assert_safe("start-timeout", cfg, 10, &[RECLAIM]);
+    assert_safe("start-timeout", cfg, 12, &[RECLAIM]);
 }
 
 /// Waiters that give up: pod-b skips when busy, claim-x waits at most 1 s, behind pod-a that
@@ -1157,7 +1202,7 @@ fn skip_and_max_wait_waiters_are_rejected_and_never_granted_afterwards() {
         claim_policy: [Policy::max_wait(1), Policy::WAIT],
         ..Config::BASE
     };
-    assert_safe("policies", cfg, 9, &[REJECT_BUSY, REJECT_TIMEOUT]);
+    assert_safe("policies", cfg, 10, &[REJECT_BUSY, REJECT_TIMEOUT]);
 }
 
 /// The checker can fail I3: without the resourceVersion precondition on the rejection (the
