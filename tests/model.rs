@@ -6,36 +6,80 @@
 //! - **API server**: one lock (status `tokenCeiling`, `highestToken`), its Lease, pods and
 //!   `DistributedLockClaim`s, each with a resourceVersion. Writes land as the operator sends
 //!   them: the token reservation and every Lease update are compare-and-swaps on the
-//!   resourceVersion it read (409 otherwise); Lease create fails if one exists; pod and claim
-//!   patches carry only a UID precondition; the status view is a server-side apply without a
-//!   precondition, so a stale writer overwrites a newer `highestToken`.
+//!   resourceVersion it read (409 otherwise); Lease create fails if one exists; the holder patch
+//!   (ungate + token, or claim granted) and the rejection (pod `Failed`, claim `Rejected`) carry
+//!   UID and resourceVersion preconditions; the start-timeout delete carries only the UID; the
+//!   status view is a server-side apply without a precondition, so a stale writer overwrites a
+//!   newer `highestToken`.
 //! - **Operator processes** (1 or 2; nobody trusts leadership): a cache per object that lags
 //!   independently (any object can be refreshed to its latest version at any time, in any
 //!   order), a reconcile that steps on its cache plus the answers of its own writes, one write
-//!   per action (so a crash or another writer can come between any two writes), and a restart at
-//!   any point that drops the cache (re-listed) and the clocks (they start over).
+//!   per action (so a crash or another writer can come between any two writes; a rejection of
+//!   several waiters is one write per waiter), and a restart at any point that drops the cache
+//!   (re-listed) and the clocks (they start over).
 //! - **Pods**: gated, Pending/Running/Succeeded, graceful deletion (the containers run until the
 //!   object is gone), same-name recreate with a new UID, node loss (the pod keeps running, the
-//!   API cannot tell). Ground truth "its work runs" = ungated and not finished.
+//!   API cannot tell), a per-pod busy policy (`on-busy: skip`, `max-wait`). Rejected: `Failed`;
+//!   one rejected while it ran keeps running until the kubelet has stopped it. Ground truth "its
+//!   work runs" = ungated and not finished. A granted pod may never start (nothing forces
+//!   `PodStarts`): the start timeout deletes it, gracefully (it may start at the edge).
 //! - **Claims and their holder process**: learns its grant, renews the Lease (owner-verified),
 //!   gives up `renewDeadline` after the start of its last successful renewal, can be paused
-//!   (SIGSTOP) past its deadline, can have its claim deleted under it.
+//!   (SIGSTOP) past its deadline, can have its claim deleted under it; a per-claim busy policy.
 //! - **Third parties**: the Lease deleted, or edited to name a waiter with a plausible UID and
 //!   token.
-//! - **Time**: whole seconds; `leaseDurationSeconds` 3, renew deadline 2, node-loss timeout 3.
+//! - **Time**: whole seconds; `leaseDurationSeconds` 3, renew deadline 2, node-loss timeout 3
+//!   (or 1), start timeout 10 000 (effectively off) or 1.
 //!
-//! Invariants:
+//! Invariants (checked in every run):
 //! - **I1** at most one holder whose work runs, except a holder on a lost node or a holder paused
 //!   past its deadline, and then its token is lower than the other's (a fenced resource rejects
 //!   its late writes);
 //! - **I2** tokens handed to holders strictly increase in grant order (never repeat); no token is
 //!   written above the reservation the API server holds; the operator never moves the Lease's
-//!   token below one it handed out.
+//!   token below one it handed out;
+//! - **I3** a waiter is answered once: a waiter marked rejected is never granted afterwards, and
+//!   a rejection never lands on a waiter that was granted;
+//! - **I4** (liveness, in a bounded, settled-state form) in every reachable state that is
+//!   *settled*, no waiter is left unanswered. Settled: the environment owes nothing more (no
+//!   deleted pod still terminating, no rejected pod still stopping, no claim process paused or
+//!   yet to see its grant), every operator's caches equal the API server, no reconcile is half
+//!   way, and every operator's next step (the real step function on those caches, its clocks,
+//!   now) is `Idle` with no requeue, i.e. it writes nothing and sets no timer, so only an
+//!   optional outside event (a new pod, a deletion, a fault) can ever wake it. Unanswered: a
+//!   waiter neither granted nor rejected, except a plain waiter (wait, no max-wait) queued
+//!   behind a holder whose work runs (a started pod may run for ever; that is not the lock's
+//!   fault). A granted pod that never started is not such a holder. Under the usual fairness
+//!   (caches catch up, the operators keep stepping, time passes, pods that were deleted go
+//!   away), an execution that stops changing either settles or keeps a timer armed (a claim
+//!   holder that renews for ever; a timeout that fired without effect and is re-armed at 0), so
+//!   I4 says: whatever the faults did, once things calm down every waiter is granted or told
+//!   why not (skip, max-wait), and the lock is never left free, or held by a pod that never
+//!   starts, with someone waiting. What it does not check: states past the depth bound or past
+//!   the last tick (an operator whose timer is still armed there is not settled); a livelock in
+//!   which an operator keeps writing, or keeps re-arming a timer, for ever (never settled); how
+//!   long an answer takes (no bounded-response bound: caches may lag without limit in the
+//!   model); the order (FIFO) in which waiters are served.
+//!   Why not `Property::eventually`: in stateright 0.31 an `eventually` property is reported
+//!   only on a path that ends in a *terminal* state, one whose every action yields no new state
+//!   inside the boundary; states at the depth bound are dropped before they are checked (never
+//!   terminal), and a path that reaches an already visited state is not terminal either (cycles
+//!   and DAG joins are skipped; the "eventually" bits are not part of the fingerprint). Here
+//!   `Step` is always enabled and an idle step returns the state it started from, so no path
+//!   would ever be terminal and an `eventually` property would pass without checking anything.
+//!
+//! Each run also asserts that its bound reaches a second grant and the events it is for (a
+//! reclaim by start timeout, a LockBusy and a LockWaitTimeout rejection): a bound that explores
+//! nothing would pass. Each planted bug must produce its counterexample.
 //!
 //! Bounds: `LEASEHOLD_MODEL_DEPTH` (replaces each configuration's depth below),
-//! `LEASEHOLD_MODEL_EXTRA_DEPTH` (adds to it; `make model` sets 1) and `LEASEHOLD_MODEL_STATES`. Not modelled yet: start timeout, skip /
-//! max-wait rejections, a lock deleted and recreated, a foreign Lease, watch relists that drop
-//! deletions, liveness (I4).
+//! `LEASEHOLD_MODEL_EXTRA_DEPTH` (adds to it; `make model` sets 1) and `LEASEHOLD_MODEL_STATES`.
+//! A depth bound of d checks paths of at most d - 2 actions (stateright counts the initial state
+//! as depth 1 and drops states at the bound unchecked). Not modelled yet: a lock deleted and
+//! recreated, a foreign Lease, watch relists that drop deletions, the immediate deletion of a
+//! pod that was never bound (modelled as graceful), a no-op status patch that keeps the
+//! resourceVersion (every modelled write bumps it), a pod's status updates other than start /
+//! finish (a Pending pod's condition update would change its resourceVersion).
 
 use std::fmt::Write as _;
 use std::hash::Hash;
@@ -43,21 +87,23 @@ use std::io::Write as _;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::jiff::Timestamp;
-use leasehold::lock::grant::{Candidate, Decision, Grant, Holder, HolderKind, LeaseView, Phase, Settings};
+use leasehold::lock::grant::{
+    Candidate, Decision, Grant, Holder, HolderKind, LeaseView, Phase, Reject, RejectReason, Settings,
+};
 use leasehold::lock::machine::{self, Clocks, Snapshot};
 use leasehold::lock::policy::BusyPolicy;
 use stateright::{Checker, Model, Property};
 
 const LEASE_SECS: u64 = 3;
 const RENEW_DEADLINE: u8 = 2;
-const SETTINGS: Settings = Settings {
-    start_timeout: Duration::from_secs(10_000),
-    node_loss_timeout: Duration::from_secs(3),
-    lease_duration: Duration::from_secs(LEASE_SECS),
-};
 const I1: &str = "I1 at most one running holder (a lost or paused one only with a lower token)";
 const I2: &str = "I2 tokens strictly increase and stay within the reservation";
+const I3: &str = "I3 a waiter is answered once: never granted after its rejection, never rejected after its grant";
+const I4: &str = "I4 in a settled state no waiter is left unanswered (unless it queues behind a running holder)";
 const HANDOVER: &str = "a second grant happens (the bound reaches a handover)";
+const RECLAIM: &str = "a start timeout deletes a holder that did not start";
+const REJECT_BUSY: &str = "a skip waiter is rejected (LockBusy)";
+const REJECT_TIMEOUT: &str = "a max-wait waiter is rejected (LockWaitTimeout)";
 const POD_NAMES: [&str; 3] = ["pod-a", "pod-b", "pod-c"];
 const CLAIM_NAMES: [&str; 2] = ["claim-x", "claim-y"];
 
@@ -68,6 +114,34 @@ enum Bug {
     LeaseWithoutPrecondition,
     /// The patch that ungates a holder lands whatever resourceVersion it carries (UID only).
     HolderPatchWithoutPrecondition,
+    /// The patch that rejects a waiter lands whatever resourceVersion it carries (UID only).
+    RejectWithoutPrecondition,
+    /// The conversion forgets that a rejected waiter is terminal: a Failed pod or a Rejected
+    /// claim without a token shows as Pending (still waiting).
+    RejectedStillWaits,
+    /// The operator never acts on an expired start timeout (`DeletePod` becomes `Idle`).
+    IgnoreStartTimeout,
+    /// The conversion drops `leasehold.dev/max-wait`.
+    IgnoreMaxWait,
+    /// After the first grant, the operator never grants again (a grant on a Lease that already
+    /// carries a token becomes a plain release, or `Idle`).
+    NoGrantAfterRelease,
+}
+
+/// A waiter's `leasehold.dev/on-busy` and `leasehold.dev/max-wait` (claims: `spec.onBusy`,
+/// `spec.maxWaitSeconds`).
+#[derive(Clone, Copy, Debug)]
+struct Policy {
+    skip: bool,
+    max_wait: Option<u64>,
+}
+
+impl Policy {
+    const WAIT: Policy = Policy { skip: false, max_wait: None };
+    const SKIP: Policy = Policy { skip: true, max_wait: None };
+    const fn max_wait(secs: u64) -> Policy {
+        Policy { skip: false, max_wait: Some(secs) }
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -85,8 +159,15 @@ struct Config {
     /// Start with the first pod already holding (granted token 1, running): reaches the states
     /// after a handover within a smaller bound.
     start_held: bool,
+    /// The first pod holds but has not started yet (with `start_held`).
+    held_pending: bool,
     /// `nodeLossTimeoutSeconds` (the lease stays 3 s).
     node_loss_secs: u64,
+    /// `startTimeoutSeconds`.
+    start_timeout_secs: u64,
+    /// Per pod slot and per claim: its busy policy.
+    pod_policy: [Policy; 3],
+    claim_policy: [Policy; 2],
     bug: Option<Bug>,
 }
 
@@ -101,9 +182,21 @@ impl Config {
         restarts: 1,
         forge: false,
         start_held: false,
+        held_pending: false,
         node_loss_secs: 3,
+        start_timeout_secs: 10_000,
+        pod_policy: [Policy::WAIT; 3],
+        claim_policy: [Policy::WAIT; 2],
         bug: None,
     };
+
+    fn settings(&self) -> Settings {
+        Settings {
+            start_timeout: Duration::from_secs(self.start_timeout_secs),
+            node_loss_timeout: Duration::from_secs(self.node_loss_secs),
+            lease_duration: Duration::from_secs(LEASE_SECS),
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -128,6 +221,11 @@ enum PodPhase {
     Pending,
     Running,
     Succeeded,
+    /// Set by the operator's rejection (status patch): terminal for the API.
+    Failed,
+    /// Rejected while its containers ran: the API shows Failed, the kubelet is still stopping
+    /// them (they run until [`Action::PodStopped`]).
+    FailedStopping,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -148,6 +246,8 @@ struct ClaimObj {
     uid: String,
     created: i64,
     token: Option<i64>,
+    /// `status.phase: Rejected` (the operator's rejection).
+    rejected: bool,
 }
 
 /// The process behind a claim (`leasehold lock` or a library holder).
@@ -196,9 +296,20 @@ struct World {
     restarts: u8,
     /// Bit per pod slot: its pod was recreated once (the bound).
     recreated: u8,
-    /// A transition broke I2 (checked where it happens): what.
+    /// A transition broke I2 or I3 (checked where it happens): what.
     broken: Option<&'static str>,
+    /// What happened on this path (coverage: [`RECLAIMED`], [`REJECTED_BUSY`],
+    /// [`REJECTED_TIMEOUT`]).
+    events: u8,
 }
+
+/// A start timeout's `DeletePod` landed on its holder.
+const RECLAIMED: u8 = 1;
+/// A skip waiter was rejected (LockBusy).
+const REJECTED_BUSY: u8 = 2;
+/// A max-wait waiter was rejected (LockWaitTimeout).
+const REJECTED_TIMEOUT: u8 = 4;
+const REJECTED_THEN_GRANTED: &str = "I3: a rejected waiter was granted";
 
 /// A kind the operator watches: each kind's cache lags on its own (its own watch).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -231,6 +342,8 @@ enum Action {
     PodRecreated(usize),
     /// The pod's node stops reporting; its containers may keep running.
     NodeLost(usize),
+    /// The kubelet stopped the containers of a pod the operator marked Failed while they ran.
+    PodStopped(usize),
     /// The claim's process sees its grant and makes its first renewal.
     ClaimLearns(usize),
     /// The claim's process renews (owner-verified compare-and-swap on the Lease).
@@ -273,7 +386,13 @@ impl LockModel {
             .collect();
         let claims = (0..self.cfg.claims)
             .map(|i| {
-                Some(ClaimObj { rv: 1, uid: format!("{}-0", CLAIM_NAMES[i]), created: -10 + i as i64, token: None })
+                Some(ClaimObj {
+                    rv: 1,
+                    uid: format!("{}-0", CLAIM_NAMES[i]),
+                    created: -10 + i as i64,
+                    token: None,
+                    rejected: false,
+                })
             })
             .collect();
         // Start where every lock is after its first reconcile: tokens reserved, the Lease
@@ -284,7 +403,8 @@ impl LockModel {
         let mut handed = vec![];
         if self.cfg.start_held {
             let p = api.pods[0].as_mut().unwrap();
-            (p.gated, p.phase, p.token) = (false, PodPhase::Running, Some(1));
+            let phase = if self.cfg.held_pending { PodPhase::Pending } else { PodPhase::Running };
+            (p.gated, p.phase, p.token) = (false, phase, Some(1));
             let holder = Some((POD_NAMES[0].to_string(), p.uid.clone(), HolderKind::Pod));
             api.lease = Some(LeaseObj { rv: 1, holder, token: 1, floor: Some(0), renew: Some(1) });
             api.lock.highest = 1;
@@ -302,18 +422,26 @@ impl LockModel {
             restarts: 0,
             recreated: 0,
             broken: None,
+            events: 0,
         }
     }
 }
 
 /// What the operator's conversion functions (`candidate_of_pod`, `candidate_of_claim`,
 /// `lease::view`) make of the modelled objects.
-fn snapshot(view: &View, fresh_reservation: Option<i64>, settings: Settings) -> Snapshot {
+fn snapshot(view: &View, fresh_reservation: Option<i64>, cfg: &Config) -> Snapshot {
     let ts = |s: i64| Timestamp::from_second(1_700_000_000 + s).unwrap();
+    let still_waits = cfg.bug == Some(Bug::RejectedStillWaits);
+    let policy = |p: Policy| {
+        let on_busy = if p.skip { BusyPolicy::Skip } else { BusyPolicy::Wait };
+        let max_wait = p.max_wait.filter(|_| cfg.bug != Some(Bug::IgnoreMaxWait)).map(Duration::from_secs);
+        (on_busy, max_wait)
+    };
     let mut candidates = vec![];
     for (i, p) in view.pods.iter().enumerate() {
         let Some(p) = p else { continue };
         let started = p.phase != PodPhase::Pending;
+        let (on_busy, max_wait) = policy(cfg.pod_policy[i]);
         candidates.push(Candidate {
             kind: HolderKind::Pod,
             name: POD_NAMES[i].into(),
@@ -328,16 +456,26 @@ fn snapshot(view: &View, fresh_reservation: Option<i64>, settings: Settings) -> 
                 PodPhase::Pending => Phase::Pending,
                 PodPhase::Running => Phase::Running,
                 PodPhase::Succeeded => Phase::Succeeded,
+                PodPhase::Failed if still_waits && p.gated => Phase::Pending,
+                PodPhase::Failed | PodPhase::FailedStopping => Phase::Failed,
             },
             deleting: p.deleting,
             token: p.token,
-            on_busy: BusyPolicy::Wait,
-            max_wait: None,
+            on_busy,
+            max_wait,
             waiting_for: None,
         });
     }
     for (i, c) in view.claims.iter().enumerate() {
         let Some(c) = c else { continue };
+        let (on_busy, max_wait) = policy(cfg.claim_policy[i]);
+        // `candidate_of_claim`: Rejected wins over a token.
+        let phase = match (c.rejected, c.token) {
+            (true, None) if still_waits => Phase::Pending,
+            (true, _) => Phase::Failed,
+            (false, Some(_)) => Phase::Running,
+            (false, None) => Phase::Pending,
+        };
         candidates.push(Candidate {
             kind: HolderKind::Claim,
             name: CLAIM_NAMES[i].into(),
@@ -348,11 +486,11 @@ fn snapshot(view: &View, fresh_reservation: Option<i64>, settings: Settings) -> 
             gated: c.token.is_none(),
             node_name: None,
             node_lost: false,
-            phase: if c.token.is_some() { Phase::Running } else { Phase::Pending },
+            phase,
             deleting: false,
             token: c.token,
-            on_busy: BusyPolicy::Wait,
-            max_wait: None,
+            on_busy,
+            max_wait,
             waiting_for: None,
         });
     }
@@ -367,7 +505,7 @@ fn snapshot(view: &View, fresh_reservation: Option<i64>, settings: Settings) -> 
         trusted: l.floor.is_some() && (l.holder.is_none() || l.token > 0),
     });
     Snapshot {
-        settings,
+        settings: cfg.settings(),
         lease,
         renew_marker: view.lease.as_ref().and_then(|l| l.renew).map(|r| r.to_string()),
         candidates,
@@ -414,18 +552,36 @@ impl World {
         lease
     }
 
-    /// One step of operator `n`: decide on its session view, apply the one write.
-    fn step(&mut self, n: usize, bug: Option<Bug>, settings: Settings) {
+    /// Operator `n`'s next decision, by the real step function, on its session view (or, with
+    /// no session, its cache), with a planted bug applied to it.
+    fn decide(&self, n: usize, cfg: &Config) -> Option<(Session, machine::Step)> {
         let session =
             self.ops[n].session.clone().unwrap_or(Session { view: self.ops[n].cache.clone(), fresh_reservation: None });
-        let snap = snapshot(&session.view, session.fresh_reservation, settings);
+        let snap = snapshot(&session.view, session.fresh_reservation, cfg);
         let now = Duration::from_secs(self.now.into());
-        let step = match machine::step(&snap, now, &self.ops[n].clocks) {
-            Ok(s) => s,
-            Err(_) => {
-                self.ops[n].session = None;
-                return;
+        let mut step = machine::step(&snap, now, &self.ops[n].clocks).ok()?;
+        let d = &mut step.plan.decision;
+        match (cfg.bug, &*d) {
+            (Some(Bug::IgnoreStartTimeout), Decision::DeletePod { .. }) => *d = Decision::Idle { requeue_after: None },
+            (Some(Bug::NoGrantAfterRelease), Decision::UpdateLease { holder: Some(_), released, floor })
+                if session.view.lease.as_ref().is_some_and(|l| l.token > 0) =>
+            {
+                *d = match released {
+                    Some(_) => Decision::UpdateLease { holder: None, released: released.clone(), floor: *floor },
+                    None => Decision::Idle { requeue_after: None },
+                }
             }
+            _ => {}
+        }
+        Some((session, step))
+    }
+
+    /// One step of operator `n`: decide on its session view, apply the one write.
+    fn step(&mut self, n: usize, cfg: &Config) {
+        let bug = cfg.bug;
+        let Some((session, step)) = self.decide(n, cfg) else {
+            self.ops[n].session = None;
+            return;
         };
         self.ops[n].clocks = step.clocks;
         let mut view = session.view;
@@ -453,9 +609,26 @@ impl World {
             Decision::UpdateLease { holder, floor, .. } => self.cas_lease(&mut view, holder.as_ref(), floor, bug),
             Decision::RepairLease { holder, floor } => self.cas_lease(&mut view, Some(&holder), floor, bug),
             Decision::PatchHolder(g) => self.patch_holder(&mut view, &g, bug),
-            Decision::DeletePod { .. } | Decision::RejectWaiters(_) => {
-                unreachable!("start timeout, skip and max-wait are not modelled")
+            Decision::DeletePod { name, uid } => {
+                // Graceful deletion with a UID precondition: the object answered (deleting) is
+                // folded in; not found / another UID: the candidate is dropped from the view.
+                let i = POD_NAMES.iter().position(|n| *n == name).unwrap();
+                let rv = self.rv();
+                match self.api.pods[i].as_mut().filter(|p| p.uid == uid) {
+                    Some(p) => {
+                        if !p.deleting {
+                            (p.deleting, p.rv) = (true, rv);
+                            self.events |= RECLAIMED;
+                        }
+                        view.pods[i] = Some(p.clone());
+                    }
+                    None => view.pods[i] = view.pods[i].take().filter(|p| p.uid != uid),
+                }
+                true
             }
+            // One write per action: the first rejection; the session decides again. A rejection
+            // that changes nothing ends the session (the real reconcile stops after MAX_STEPS).
+            Decision::RejectWaiters(rejects) => self.reject(&mut view, &rejects[0], bug),
             Decision::Idle { .. } => {
                 // The status view: server-side apply, no precondition (a stale writer wins).
                 let lease_token = view.lease.as_ref().map_or(0, |l| l.token);
@@ -468,6 +641,50 @@ impl World {
             }
         };
         self.ops[n].session = ok.then_some(Session { view, fresh_reservation: fresh });
+    }
+
+    /// The status patch that marks a waiter given up (`reject_waiter`): a pod's phase Failed, a
+    /// claim's phase Rejected; UID and resourceVersion preconditions. Not found / conflict: the
+    /// candidate is dropped from the view. False when it changed nothing (rejected already).
+    fn reject(&mut self, view: &mut View, r: &Reject, bug: Option<Bug>) -> bool {
+        let rv_ok = |rv: u16| bug == Some(Bug::RejectWithoutPrecondition) || rv.to_string() == r.resource_version;
+        let rv = self.rv();
+        let bit = if r.reason == RejectReason::LockBusy { REJECTED_BUSY } else { REJECTED_TIMEOUT };
+        let granted_already = "I3: a waiter was rejected after its grant (a stale rejection landed on the holder)";
+        if let Some(i) = POD_NAMES.iter().position(|n| *n == r.name) {
+            match self.api.pods[i].as_mut().filter(|p| p.uid == r.uid && rv_ok(p.rv)) {
+                Some(p) if matches!(p.phase, PodPhase::Failed | PodPhase::FailedStopping) => return false,
+                Some(p) => {
+                    if p.token.is_some() {
+                        self.broken.get_or_insert(granted_already);
+                    }
+                    p.phase = match p.phase {
+                        PodPhase::Running => PodPhase::FailedStopping,
+                        PodPhase::Pending => PodPhase::Failed,
+                        other => other,
+                    };
+                    p.rv = rv;
+                    view.pods[i] = Some(p.clone());
+                    self.events |= bit;
+                }
+                None => view.pods[i] = view.pods[i].take().filter(|p| p.uid != r.uid),
+            }
+        } else {
+            let i = CLAIM_NAMES.iter().position(|n| *n == r.name).unwrap();
+            match self.api.claims[i].as_mut().filter(|c| c.uid == r.uid && rv_ok(c.rv)) {
+                Some(c) if c.rejected => return false,
+                Some(c) => {
+                    if c.token.is_some() {
+                        self.broken.get_or_insert(granted_already);
+                    }
+                    (c.rejected, c.rv) = (true, rv);
+                    view.claims[i] = Some(c.clone());
+                    self.events |= bit;
+                }
+                None => view.claims[i] = view.claims[i].take().filter(|c| c.uid != r.uid),
+            }
+        }
+        true
     }
 
     fn cas_lease(&mut self, view: &mut View, holder: Option<&Grant>, floor: Option<i64>, bug: Option<Bug>) -> bool {
@@ -488,10 +705,14 @@ impl World {
                 let i = POD_NAMES.iter().position(|n| *n == g.name).unwrap();
                 let rv = self.rv();
                 let Some(p) = self.api.pods[i].as_mut().filter(|p| p.uid == g.uid && rv_ok(p.rv)) else { return false };
+                let rejected = matches!(p.phase, PodPhase::Failed | PodPhase::FailedStopping);
                 let new_grant = p.gated || p.token != Some(g.token);
                 (p.gated, p.token, p.rv) = (false, Some(g.token), rv);
                 view.pods[i] = Some(p.clone());
                 if new_grant {
+                    if rejected {
+                        self.broken.get_or_insert(REJECTED_THEN_GRANTED);
+                    }
                     self.hand(g.token);
                 }
                 true
@@ -505,6 +726,9 @@ impl World {
                 let new_grant = c.token != Some(g.token);
                 (c.token, c.rv) = (Some(g.token), rv);
                 view.claims[i] = Some(c.clone());
+                if new_grant && c.rejected {
+                    self.broken.get_or_insert(REJECTED_THEN_GRANTED);
+                }
                 if new_grant {
                     self.hand(g.token);
                 }
@@ -551,7 +775,8 @@ impl World {
         for (i, p) in self.api.pods.iter().enumerate() {
             if let Some(p) = p
                 && !p.gated
-                && (p.phase == PodPhase::Running || (p.phase == PodPhase::Pending && !p.deleting))
+                && (matches!(p.phase, PodPhase::Running | PodPhase::FailedStopping)
+                    || (p.phase == PodPhase::Pending && !p.deleting))
             {
                 out.push((p.token.unwrap_or(0), p.node_lost, POD_NAMES[i].to_string()));
             }
@@ -562,6 +787,67 @@ impl World {
             }
         }
         out
+    }
+}
+
+impl World {
+    /// I4: the waiters nothing will ever answer. Empty unless the state is *settled*: the
+    /// environment has met its obligations (no deleted pod still terminating, no rejected pod
+    /// still stopping, no claim process paused or yet to learn its grant), every operator's
+    /// caches equal the API server, no operator is in the middle of a reconcile, and each one's
+    /// next step (the real step function, on those caches, its clocks, now) is `Idle` with no
+    /// requeue: it writes nothing and waits for a watch event that nothing owes it. In such a
+    /// state a waiter still waiting (not granted, not rejected) is stuck, unless it legitimately
+    /// queues (policy wait without max-wait) behind a holder whose work runs (a started pod,
+    /// which may run for ever; a claim process that holds). A pod ungated but never started is no
+    /// such holder: the start timeout must reclaim it.
+    fn stuck_waiters(&self, cfg: &Config) -> Vec<&'static str> {
+        let runs = self
+            .api
+            .pods
+            .iter()
+            .flatten()
+            .any(|p| !p.gated && matches!(p.phase, PodPhase::Running | PodPhase::FailedStopping))
+            || self.procs.iter().any(|p| p.holding.is_some());
+        let queues = |p: Policy| runs && !p.skip && p.max_wait.is_none();
+        let mut stuck = vec![];
+        for (i, p) in self.api.pods.iter().enumerate() {
+            if let Some(p) = p
+                && p.gated
+                && !p.deleting
+                && p.phase == PodPhase::Pending
+                && !queues(cfg.pod_policy[i])
+            {
+                stuck.push(POD_NAMES[i]);
+            }
+        }
+        for (i, c) in self.api.claims.iter().enumerate() {
+            if let Some(c) = c
+                && c.token.is_none()
+                && !c.rejected
+                && !queues(cfg.claim_policy[i])
+            {
+                stuck.push(CLAIM_NAMES[i]);
+            }
+        }
+        if stuck.is_empty() {
+            return stuck;
+        }
+        let env_owes =
+            self.api.pods.iter().flatten().any(|p| !p.node_lost && (p.deleting || p.phase == PodPhase::FailedStopping))
+                || self.procs.iter().enumerate().any(|(i, p)| {
+                    p.paused || (!p.done && self.api.claims[i].as_ref().is_some_and(|c| c.token.is_some()))
+                });
+        let settled = !env_owes
+            && self.ops.iter().all(|o| o.session.is_none() && o.cache == self.api)
+            && (0..self.ops.len()).all(|n| {
+                self.decide(n, cfg)
+                    .is_some_and(|(_, s)| matches!(s.plan.decision, Decision::Idle { requeue_after: None }))
+            });
+        if !settled {
+            stuck.clear();
+        }
+        stuck
     }
 }
 
@@ -612,6 +898,9 @@ impl Model for LockModel {
                     if p.deleting && !p.node_lost {
                         out.push(Action::PodGone(i));
                     }
+                    if p.phase == PodPhase::FailedStopping && !p.node_lost {
+                        out.push(Action::PodStopped(i));
+                    }
                     if fault && p.phase == PodPhase::Running && !p.node_lost {
                         out.push(Action::NodeLost(i));
                     }
@@ -650,10 +939,7 @@ impl Model for LockModel {
     fn next_state(&self, w: &World, action: Action) -> Option<World> {
         let mut w = w.clone();
         match action {
-            Action::Step(n) => {
-                let settings = Settings { node_loss_timeout: Duration::from_secs(self.cfg.node_loss_secs), ..SETTINGS };
-                w.step(n, self.cfg.bug, settings)
-            }
+            Action::Step(n) => w.step(n, &self.cfg),
             Action::Sync(n, o) => {
                 let (api, cache) = (&w.api, &mut w.ops[n].cache);
                 match o {
@@ -690,6 +976,11 @@ impl Model for LockModel {
                 (p.deleting, p.rv) = (true, rv);
             }
             Action::PodGone(i) => w.api.pods[i] = None,
+            Action::PodStopped(i) => {
+                let rv = w.rv();
+                let p = w.api.pods[i].as_mut()?;
+                (p.phase, p.rv) = (PodPhase::Failed, rv);
+            }
             Action::PodRecreated(i) => {
                 w.recreated |= 1 << i;
                 let rv = w.rv();
@@ -768,8 +1059,13 @@ impl Model for LockModel {
     fn properties(&self) -> Vec<Property<Self>> {
         vec![
             Property::always(I1, |_, w: &World| mutual_exclusion(w)),
-            Property::always(I2, |_, w: &World| w.broken.is_none()),
+            Property::always(I2, |_, w: &World| !w.broken.is_some_and(|b| b.starts_with("I2"))),
+            Property::always(I3, |_, w: &World| !w.broken.is_some_and(|b| b.starts_with("I3"))),
+            Property::always(I4, |m: &LockModel, w: &World| w.stuck_waiters(&m.cfg).is_empty()),
             Property::sometimes(HANDOVER, |_, w: &World| w.handed.len() >= 2),
+            Property::sometimes(RECLAIM, |_, w: &World| w.events & RECLAIMED != 0),
+            Property::sometimes(REJECT_BUSY, |_, w: &World| w.events & REJECTED_BUSY != 0),
+            Property::sometimes(REJECT_TIMEOUT, |_, w: &World| w.events & REJECTED_TIMEOUT != 0),
         ]
     }
 }
@@ -814,33 +1110,45 @@ fn trace(checker: &impl Checker<LockModel>, property: &'static str) -> Option<St
         }
     }
     let last = checker.discovery(property)?.last_state().clone();
-    let _ = writeln!(out, "  final: running={:?} handed={:?} broken={:?}", last.running(), last.handed, last.broken);
+    let _ = writeln!(
+        out,
+        "  final: running={:?} handed={:?} broken={:?} stuck={:?} pods={:?} claims={:?}",
+        last.running(),
+        last.handed,
+        last.broken,
+        last.stuck_waiters(&checker.model().cfg),
+        last.api.pods,
+        last.api.claims
+    );
     Some(out)
 }
 
-fn assert_safe(name: &str, cfg: Config, depth: usize) {
+/// Checks I1-I4 and that the bound reaches a handover and every goal in `reaches`.
+fn assert_safe(name: &str, cfg: Config, depth: usize, reaches: &[&'static str]) {
     let checker = check(name, cfg, depth);
-    for property in [I1, I2] {
+    for property in [I1, I2, I3, I4] {
         if let Some(t) = trace(&checker, property) {
             panic!("model {name}: {property} violated:\n{t}");
         }
     }
-    assert!(
-        checker.discovery(HANDOVER).is_some(),
-        "model {name}: the bound never reaches a second grant: it explores nothing interesting"
-    );
+    for goal in [HANDOVER].iter().chain(reaches) {
+        assert!(
+            checker.discovery(goal).is_some(),
+            "model {name}: the bound never reaches \"{goal}\": it explores too little"
+        );
+    }
 }
 
 #[test]
 fn pods_two_operators_lagging_caches_restarts_and_third_party_lease_edits() {
     let cfg = Config { pods: 2, operators: 2, max_time: 4, ..Config::BASE };
-    assert_safe("pods", cfg, 9);
+    assert_safe("pods", cfg, 9, &[]);
 }
 
 #[test]
 fn claims_renewal_expiry_pause_and_claim_deletion() {
     let cfg = Config { pods: 1, claims: 1, max_time: 6, ..Config::BASE };
-    assert_safe("claims", cfg, 11);
+    assert_safe("claims", cfg, 11, &[]);
 }
 
 /// After a node-loss takeover: the zombie keeps running on its lost node while its successor
@@ -849,7 +1157,7 @@ fn claims_renewal_expiry_pause_and_claim_deletion() {
 #[test]
 fn after_a_node_loss_takeover_the_zombie_is_never_written_back() {
     let cfg = Config { pods: 2, max_time: 1, restarts: 0, start_held: true, node_loss_secs: 1, ..Config::BASE };
-    assert_safe("zombie", cfg, 14);
+    assert_safe("zombie", cfg, 14, &[]);
 }
 
 /// The checker can fail: with the resourceVersion precondition removed from the patch that
@@ -865,6 +1173,117 @@ fn a_planted_bug_holder_patch_without_precondition_is_caught() {
 #[test]
 fn a_planted_bug_lease_update_without_precondition_is_caught() {
     planted(Bug::LeaseWithoutPrecondition, 9);
+}
+
+/// A granted pod that does not start within the start timeout (1 s) is deleted and the lock
+/// passes on once it is gone; the pod may still start at the edge (its deletion is then
+/// graceful and the lock waits for it), while the operator's caches lag, it restarts (its
+/// start clock starts over) and a fault strikes (a node lost, the Lease deleted).
+#[test]
+fn start_timeout_reclaims_a_holder_that_never_starts() {
+    let cfg =
+        Config { pods: 2, max_time: 3, start_held: true, held_pending: true, start_timeout_secs: 1, ..Config::BASE };
+    assert_safe("start-timeout", cfg, 12, &[RECLAIM]);
+}
+
+/// Waiters that give up: pod-b skips when busy, claim-x waits at most 1 s, behind pod-a that
+/// holds; two operators with lagging caches.
+#[test]
+fn skip_and_max_wait_waiters_are_rejected_and_never_granted_afterwards() {
+    let cfg = Config {
+        pods: 2,
+        claims: 1,
+        operators: 2,
+        max_time: 2,
+        faults: 0,
+        restarts: 0,
+        start_held: true,
+        pod_policy: [Policy::WAIT, Policy::SKIP, Policy::WAIT],
+        claim_policy: [Policy::max_wait(1), Policy::WAIT],
+        ..Config::BASE
+    };
+    assert_safe("policies", cfg, 10, &[REJECT_BUSY, REJECT_TIMEOUT]);
+}
+
+/// The checker can fail I3: without the resourceVersion precondition on the rejection (the
+/// product code before the policies run found it), an operator whose caches lag rejects the
+/// skip waiter that another operator has just granted.
+#[test]
+fn a_planted_bug_reject_without_precondition_is_caught() {
+    let cfg = Config {
+        pods: 2,
+        operators: 2,
+        restarts: 0,
+        faults: 0,
+        start_held: true,
+        pod_policy: [Policy::WAIT, Policy::SKIP, Policy::WAIT],
+        ..Config::BASE
+    };
+    planted_violates(Bug::RejectWithoutPrecondition, cfg, 7, I3);
+}
+
+/// The checker can fail I3: a conversion that forgets a rejection is terminal grants the
+/// rejected skip waiter once the holder finishes.
+#[test]
+fn a_planted_bug_rejected_waiter_still_waits_is_caught() {
+    let cfg = Config {
+        pods: 2,
+        restarts: 0,
+        faults: 0,
+        start_held: true,
+        pod_policy: [Policy::WAIT, Policy::SKIP, Policy::WAIT],
+        ..Config::BASE
+    };
+    planted_violates(Bug::RejectedStillWaits, cfg, 8, I3);
+}
+
+/// The checker can fail I4: an operator that never acts on the start timeout leaves the waiter
+/// behind a holder that never starts.
+#[test]
+fn a_planted_bug_ignored_start_timeout_is_caught() {
+    let cfg = Config {
+        pods: 2,
+        max_time: 2,
+        restarts: 0,
+        faults: 0,
+        start_held: true,
+        held_pending: true,
+        start_timeout_secs: 1,
+        ..Config::BASE
+    };
+    planted_violates(Bug::IgnoreStartTimeout, cfg, 6, I4);
+}
+
+/// The checker can fail I4: without max-wait the waiter is never told, behind a holder that
+/// runs for ever.
+#[test]
+fn a_planted_bug_ignored_max_wait_is_caught() {
+    let cfg = Config {
+        pods: 2,
+        max_time: 2,
+        restarts: 0,
+        faults: 0,
+        start_held: true,
+        pod_policy: [Policy::WAIT, Policy::max_wait(1), Policy::WAIT],
+        ..Config::BASE
+    };
+    planted_violates(Bug::IgnoreMaxWait, cfg, 6, I4);
+}
+
+/// The checker can fail I4: an operator that never grants again after a release leaves the
+/// waiter on a free lock.
+#[test]
+fn a_planted_bug_no_grant_after_release_is_caught() {
+    let cfg = Config { pods: 2, restarts: 0, faults: 0, start_held: true, ..Config::BASE };
+    planted_violates(Bug::NoGrantAfterRelease, cfg, 7, I4);
+}
+
+/// Runs `cfg` with `bug` planted and asserts the checker finds a counterexample to `property`.
+fn planted_violates(bug: Bug, cfg: Config, depth: usize, property: &'static str) {
+    let checker = check(&format!("planted {bug:?}"), Config { bug: Some(bug), ..cfg }, depth);
+    let t = trace(&checker, property)
+        .unwrap_or_else(|| panic!("the checker must find the counterexample to {property} the planted bug allows"));
+    eprintln!("counterexample found, as it must be:\n{t}");
 }
 
 fn planted(bug: Bug, depth: usize) {

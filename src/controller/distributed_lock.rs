@@ -410,8 +410,10 @@ async fn patch_holder(ctx: &Context, ns: &str, lock: &DistributedLock, g: &Grant
 }
 
 /// Marks a waiter that gave up: a pod as `Failed` (status subresource), a claim as `Rejected`,
-/// both with the UID as precondition; Events on the waiter and the lock. Returns the waiter as
-/// the API server answered, `None` when it is gone or was replaced.
+/// both with the UID and the resourceVersion the decision saw as preconditions (a waiter that a
+/// newer view granted meanwhile is never rejected from a stale one: 409, decided again; found by
+/// the model checker, `tests/model.rs`); Events on the waiter and the lock. Returns the waiter as
+/// the API server answered, `None` when it is gone, was replaced or changed.
 async fn reject_waiter(
     ctx: &Context,
     ns: &str,
@@ -432,7 +434,7 @@ async fn reject_waiter(
         HolderKind::Pod => {
             let api: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
             let patch = json!({
-                "metadata": { "uid": r.uid },
+                "metadata": { "uid": r.uid, "resourceVersion": r.resource_version },
                 "status": { "phase": "Failed", "reason": r.reason.as_str(), "message": message },
             });
             call("fail waiting Pod", api.patch_status(&r.name, &pp, &Patch::Merge(&patch)))
@@ -442,7 +444,7 @@ async fn reject_waiter(
         HolderKind::Claim => {
             let api: Api<DistributedLockClaim> = Api::namespaced(ctx.client.clone(), ns);
             let patch = json!({
-                "metadata": { "uid": r.uid },
+                "metadata": { "uid": r.uid, "resourceVersion": r.resource_version },
                 "status": { "phase": "Rejected", "reason": r.reason.as_str(), "message": message },
             });
             call("reject claim", api.patch_status(&r.name, &pp, &Patch::Merge(&patch)))

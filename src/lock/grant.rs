@@ -263,6 +263,11 @@ pub struct Reject {
     pub name: String,
     /// Pod UID (precondition).
     pub uid: String,
+    /// `metadata.resourceVersion` of the waiter the decision saw (precondition): a waiter that
+    /// changed since (granted by a newer view, already rejected) is not rejected from a stale
+    /// view (HTTP 409 instead). Found by the model checker (`tests/model.rs`, policies run): a
+    /// stale max-wait rejection landed on the claim another operator had just granted.
+    pub resource_version: String,
     /// Why: [`RejectReason`].
     pub reason: RejectReason,
 }
@@ -584,7 +589,12 @@ fn rejections(waiters: &[&Candidate], holder: &Grant) -> Vec<Reject> {
             } else {
                 return None;
             };
-            Some(Reject { name: w.name.clone(), uid: w.uid.clone(), reason })
+            Some(Reject {
+                name: w.name.clone(),
+                uid: w.uid.clone(),
+                resource_version: w.resource_version.clone(),
+                reason,
+            })
         })
         .collect()
 }

@@ -318,9 +318,26 @@ fn skip_waiters_give_up_while_the_lock_is_held() {
         Decision::RejectWaiters(vec![Reject {
             name: "skipper".into(),
             uid: "uid-skipper".into(),
+            resource_version: String::new(),
             reason: RejectReason::LockBusy
         }])
     );
+}
+
+/// The rejection carries the resourceVersion the decision saw, as the grant does: a stale view
+/// must not reject a waiter that another operator granted meanwhile (model checker, policies
+/// run: a max-wait rejection from a lagging cache landed on the just-granted claim).
+#[test]
+fn a_rejection_is_conditional_on_the_waiter_as_seen() {
+    let skipper = Candidate { on_busy: BusyPolicy::Skip, resource_version: "41".into(), ..claim("skipper", 2) };
+    let pods = [running("h", 1, 3), skipper];
+    let l = lease(Some("h"), 3);
+    match decide(&obs(Some(&l), &pods)).unwrap().decision {
+        Decision::RejectWaiters(r) => {
+            assert_eq!((r[0].uid.as_str(), r[0].resource_version.as_str()), ("uid-skipper", "41"))
+        }
+        other => panic!("expected a rejection, got {other:?}"),
+    }
 }
 
 #[test]
@@ -350,6 +367,7 @@ fn max_wait_gives_up_after_the_limit_and_requeues_until_then() {
         Decision::RejectWaiters(vec![Reject {
             name: "w".into(),
             uid: "uid-w".into(),
+            resource_version: String::new(),
             reason: RejectReason::LockWaitTimeout
         }])
     );
