@@ -19,6 +19,14 @@ lint: chart-lint image-check
 
 # The model checker over lock::machine::step, one level deeper than in `make test` (README,
 # "What the model checker proves"; measured: 8 min with the release build, 11.3 GB peak RSS).
+# Chaos run (issue 11): DURATION (default 10m) and SEED (default 1); the same seed gives the
+# same fault schedule. Writes target/chaos/ (history.json, summary.json, grants.png).
+.PHONY: chaos
+DURATION ?= 10m
+SEED ?= 1
+chaos:
+	cargo test --test chaos -- --duration $(DURATION) --seed $(SEED)
+
 .PHONY: model
 model:
 	LEASEHOLD_MODEL_EXTRA_DEPTH=1 cargo test --release --test model -- --nocapture --test-threads=1
