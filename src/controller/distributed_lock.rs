@@ -194,6 +194,8 @@ pub async fn reconcile(lock: Arc<DistributedLock>, ctx: Arc<Context>) -> Result<
                 });
             }
         }
+        // The decision's write was answered (failures returned above): the operator can write.
+        ctx.writes.succeeded();
     }
     // Not settled: let the controller run again on the events our own writes caused.
     Ok(Action::requeue(Duration::from_millis(100)))
@@ -201,15 +203,19 @@ pub async fn reconcile(lock: Arc<DistributedLock>, ctx: Arc<Context>) -> Result<
 
 /// Requeues after an error with a per-lock exponential backoff with jitter (200 ms for a
 /// conflict or NotFound, which re-observing fixes; otherwise from 1 s, doubling up to 5 min), and
-/// counts it. Anything but a conflict also turns the lock `Ready=False` with the error as message
+/// counts it. Anything but a conflict also turns the lock `Ready=False` (reason `Forbidden` for a
+/// 403, else `ReconcileError`) with the error as message
 /// (one Warning Event when the condition changes, not one per failure), so `kubectl wait
-/// --for=condition=Ready` tells the truth; the next successful reconcile sets it back.
+/// --for=condition=Ready` tells the truth; the next successful reconcile sets it back. The failure
+/// also counts against the operator's readiness ([`crate::health`]).
 pub fn error_policy(lock: Arc<DistributedLock>, error: &Error, ctx: Arc<Context>) -> Action {
     Metrics::inc(&ctx.metrics.reconcile_errors, error.reason());
     if error.is_conflict() || error.is_not_found() {
         return Action::requeue(Duration::from_millis(200));
     }
     tracing::warn!(lock = %lock.name_any(), error = %error, "reconcile failed");
+    ctx.writes.failed(&error.to_string(), Instant::now());
+    let why = if error.is_forbidden() { reason::WRITE_FORBIDDEN } else { reason::RECONCILE_ERROR };
     let uid = lock.uid().unwrap_or_default();
     let failures = {
         let mut f = ctx.failures.lock().unwrap_or_else(|e| e.into_inner());
@@ -221,7 +227,7 @@ pub fn error_policy(lock: Arc<DistributedLock>, error: &Error, ctx: Arc<Context>
     tokio::spawn(async move {
         let Some(ns) = lock.namespace() else { return };
         let api: Api<DistributedLock> = Api::namespaced(ctx.client.clone(), &ns);
-        if let Err(e) = report_not_ready(&api, &lock, &ctx, reason::RECONCILE_ERROR, &message, None).await {
+        if let Err(e) = report_not_ready(&api, &lock, &ctx, why, &message, None).await {
             tracing::debug!(error = %e, "could not report the failure in status");
         }
     });
