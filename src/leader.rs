@@ -436,7 +436,8 @@ mod tests {
 
     #[test]
     fn a_renewal_moves_the_deadline_to_its_own_renew_time_plus_the_renew_deadline() {
-        let (now, wall) = (Instant::now(), SystemTime::now());
+        // A whole second: renewTime has microsecond precision.
+        let (now, wall) = (Instant::now(), SystemTime::UNIX_EPOCH + Duration::from_secs(2_000_000_000));
         let mut t = Tenure::new("me", now);
         assert_eq!(t.deadline(), now + RENEW_DEADLINE);
         // Seen 3 s after it was written: the deadline counts from the write, not the sighting.
