@@ -125,6 +125,8 @@ pub async fn reconcile(lock: Arc<DistributedLock>, ctx: Arc<Context>) -> Result<
                 lease_obj = Some(written);
                 if let Some(r) = &released {
                     record_release(&ctx, &lock, r).await;
+                    let view = lease_obj.as_ref().map(lease::view).unwrap_or_default();
+                    expire_claims(&ctx, &ns, &lock, &mut snapshot, &view, Some(r)).await?;
                 }
                 if let Some(g) = holder {
                     ctx.metrics.grants.inc();
@@ -186,6 +188,14 @@ pub async fn reconcile(lock: Arc<DistributedLock>, ctx: Arc<Context>) -> Result<
                 }
             }
             Decision::Idle { requeue_after } => {
+                // A claim still showing Granted for a grant the Lease no longer records (the
+                // expiry write above failed, or an operator restarted in between).
+                if let Some(l) = lease_obj.as_ref() {
+                    let view = lease::view(l);
+                    if view.trusted {
+                        expire_claims(&ctx, &ns, &lock, &mut snapshot, &view, None).await?;
+                    }
+                }
                 ctx.failures.lock().unwrap_or_else(|e| e.into_inner()).remove(&lock_uid);
                 write_status(&lock_api, &lock, lease_obj.as_ref(), &plan.holder, &plan.waiters, &ctx).await?;
                 return Ok(match requeue_after {
@@ -320,7 +330,7 @@ pub fn candidate_of_pod(p: &Pod, lock: &str, node_lost: bool) -> Option<Candidat
 pub fn candidate_of_claim(c: &DistributedLockClaim) -> Option<Candidate> {
     let status = c.status.clone().unwrap_or_default();
     let phase = match (status.phase, status.token) {
-        (Some(ClaimPhase::Rejected), _) => Phase::Failed,
+        (Some(ClaimPhase::Rejected | ClaimPhase::Expired), _) => Phase::Failed,
         (_, Some(_)) => Phase::Running,
         _ => Phase::Pending,
     };
@@ -383,7 +393,10 @@ async fn patch_holder(ctx: &Context, ns: &str, lock: &DistributedLock, g: &Grant
             let api: Api<DistributedLockClaim> = Api::namespaced(ctx.client.clone(), ns);
             let patch = json!({
                 "metadata": { "uid": g.uid, "resourceVersion": g.resource_version },
-                "status": { "phase": "Granted", "token": g.token, "reason": "Granted", "message": note },
+                "status": {
+                    "phase": "Granted", "token": g.token, "reason": "Granted", "message": note,
+                    "lastTransitionTime": Timestamp::now(),
+                },
             });
             let claim =
                 call("patch claim status", api.patch_status(&g.name, &PatchParams::default(), &Patch::Merge(&patch)))
@@ -433,7 +446,10 @@ async fn reject_waiter(
             let api: Api<DistributedLockClaim> = Api::namespaced(ctx.client.clone(), ns);
             let patch = json!({
                 "metadata": { "uid": r.uid },
-                "status": { "phase": "Rejected", "reason": r.reason.as_str(), "message": message },
+                "status": {
+                    "phase": "Rejected", "reason": r.reason.as_str(), "message": message,
+                    "lastTransitionTime": Timestamp::now(),
+                },
             });
             call("reject claim", api.patch_status(&r.name, &pp, &Patch::Merge(&patch)))
                 .await
@@ -451,6 +467,78 @@ async fn reject_waiter(
     let lock_note = format!("{}: {message}", r.name);
     ctx.event(&lock.object_ref(&()), EventType::Normal, r.reason.as_str(), lock_note, "Reject").await;
     Ok(waiter)
+}
+
+/// Marks every claim of this lock that still shows `Granted` for a grant the Lease (`lease`, as
+/// last written or observed) no longer records as `Expired`: its token is at most the Lease's
+/// token and the Lease does not name it.
+/// `released` is the release this reconcile just wrote (its reason goes into the status);
+/// otherwise the reason is `GrantEnded`. The patch carries the claim's UID and the
+/// resourceVersion it was seen with, so a claim that changed since is looked at again by the
+/// next reconcile rather than overwritten (409 and 404 are ignored here).
+async fn expire_claims(
+    ctx: &Context,
+    ns: &str,
+    lock: &DistributedLock,
+    snapshot: &mut Snapshot,
+    lease: &grant::LeaseView,
+    released: Option<&Release>,
+) -> Result<()> {
+    let (lease_token, holder_uid) = (lease.token, lease.holder.as_ref().and_then(|h| h.uid.clone()));
+    let expired: Vec<Candidate> = snapshot
+        .candidates
+        .iter()
+        .filter(|c| c.kind == HolderKind::Claim && c.phase == Phase::Running && !c.gated)
+        .filter(|c| c.token.is_some_and(|t| t <= lease_token) && holder_uid.as_deref() != Some(c.uid.as_str()))
+        .cloned()
+        .collect();
+    let api: Api<DistributedLockClaim> = Api::namespaced(ctx.client.clone(), ns);
+    for c in expired {
+        let (why, message) = match released.filter(|r| r.name == c.identity) {
+            Some(r) if r.reason == grant::ReleaseReason::Expired => (
+                r.reason.as_str(),
+                format!(
+                    "lock {}: no renewal seen for {} s (leaseDurationSeconds); the grant with token {} was taken back",
+                    lock.name_any(),
+                    lock.spec.lease_duration_seconds,
+                    c.token.unwrap_or_default()
+                ),
+            ),
+            Some(r) => (
+                r.reason.as_str(),
+                format!(
+                    "lock {}: the grant with token {} ended: {}",
+                    lock.name_any(),
+                    c.token.unwrap_or_default(),
+                    r.reason.as_str()
+                ),
+            ),
+            None => (
+                "GrantEnded",
+                format!(
+                    "lock {}: the Lease no longer records the grant with token {}",
+                    lock.name_any(),
+                    c.token.unwrap_or_default()
+                ),
+            ),
+        };
+        let patch = json!({
+            "metadata": { "uid": c.uid, "resourceVersion": c.resource_version },
+            "status": { "phase": "Expired", "reason": why, "message": message, "lastTransitionTime": Timestamp::now() },
+        });
+        match call("expire claim", api.patch_status(&c.name, &PatchParams::default(), &Patch::Merge(&patch))).await {
+            Ok(claim) => {
+                tracing::info!(lock = %lock.name_any(), claim = %c.name, reason = why, "claim grant expired");
+                ctx.event(&claim.object_ref(&()), EventType::Warning, "GrantExpired", message, "Expire").await;
+                if let Some(c) = candidate_of_claim(&claim) {
+                    snapshot.absorb_candidate(c);
+                }
+            }
+            Err(e) if e.is_conflict() || e.is_not_found() => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 async fn record_release(ctx: &Context, lock: &DistributedLock, r: &Release) {
