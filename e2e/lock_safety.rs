@@ -436,3 +436,75 @@ async fn a_deposed_leader_resumed_after_a_pause_cannot_overwrite_the_new_leaders
     assert!(ns.operator_alive(b), "b keeps leading");
     ns.cleanup().await;
 }
+
+/// A claim whose grant the operator took back (its holder paused past the lease, the lock
+/// handed to the next waiter; later a holder that stopped renewing with nobody waiting) no
+/// longer shows `Granted`: phase `Expired`, reason `HolderLeaseExpired`, the time, the token of
+/// the grant kept. Never two claims `Granted` at once, and the lock's status never keeps naming
+/// a holder that is gone.
+#[tokio::test]
+async fn a_claim_whose_grant_expired_shows_expired_and_the_lock_status_stops_naming_it() {
+    use leasehold::crd::{ClaimPhase, DistributedLockClaim};
+    let mut ns = TestNs::new("claimexpired").await;
+    ns.create_lock("l", json!({"leaseDurationSeconds": 3})).await;
+    ns.start_operator(&[]);
+    let claims = ns.api::<DistributedLockClaim>();
+    let locks = ns.api::<DistributedLock>();
+    let claim_of = |identity: &'static str| {
+        let claims = claims.clone();
+        async move {
+            claims.list(&Default::default()).await.unwrap().items.into_iter().find(|c| c.spec.identity == identity)
+        }
+    };
+    let a = ns.lock_process("a", &["l", "--identity", "a", "--", "sh", "-c", "echo ready; sleep 600"]);
+    a.wait_output("a runs its command", "ready").await;
+    let a_token = claim_of("a").await.and_then(|c| c.status?.token).expect("a granted");
+    let b = ns.lock_process("b", &["l", "--identity", "b", "--", "sh", "-c", "echo ready; sleep 600"]);
+    wait_until("b waits", WAIT, || async { claim_of("b").await.is_some() }).await;
+
+    // a is paused past its lease: the operator takes the grant back and grants b.
+    a.signal_group("STOP");
+    wait_until("b granted", WAIT, || async {
+        claim_of("b").await.and_then(|c| c.status).is_some_and(|s| s.phase == Some(ClaimPhase::Granted))
+    })
+    .await;
+    // Read right after b's grant: a's status was written before it.
+    let a_status = claim_of("a").await.expect("a's claim").status.expect("a's status");
+    assert_eq!(
+        a_status.phase,
+        Some(ClaimPhase::Expired),
+        "a still shows {:?} while b holds: {a_status:?}",
+        a_status.phase
+    );
+    assert_eq!(a_status.reason.as_deref(), Some("HolderLeaseExpired"), "{a_status:?}");
+    assert!(a_status.last_transition_time.is_some(), "{a_status:?}");
+    assert_eq!(a_status.token, Some(a_token), "the token of the grant is kept");
+    assert!(a_status.message.as_deref().is_some_and(|m| m.contains("taken back")), "{a_status:?}");
+    let b_token = claim_of("b").await.and_then(|c| c.status?.token).unwrap();
+    assert!(b_token > a_token);
+    wait_until("lock status names b", WAIT, || async {
+        locks.get("l").await.ok().and_then(|l| l.status?.holder).is_some_and(|h| h.name == "b" && h.token == b_token)
+    })
+    .await;
+
+    // b stops renewing with nobody waiting: its grant expires too, and the lock names nobody.
+    b.signal_group("STOP");
+    wait_until("b's claim Expired", WAIT, || async {
+        claim_of("b")
+            .await
+            .and_then(|c| c.status)
+            .is_some_and(|s| s.phase == Some(ClaimPhase::Expired) && s.reason.as_deref() == Some("HolderLeaseExpired"))
+    })
+    .await;
+    wait_until("lock status names nobody, Held=False", WAIT, || async {
+        locks.get("l").await.ok().and_then(|l| l.status).is_some_and(|s| {
+            s.holder.is_none() && s.conditions.iter().any(|c| c.type_ == "Held" && c.status == "False")
+        })
+    })
+    .await;
+    let lease = ns.api::<Lease>().get("l").await.unwrap();
+    assert_eq!(lease.spec.and_then(|s| s.holder_identity), None, "the Lease names nobody");
+    a.signal_group("KILL");
+    b.signal_group("KILL");
+    ns.cleanup().await;
+}

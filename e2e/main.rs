@@ -3,6 +3,7 @@
 //! Run with `make test` (or `cargo test --test e2e`); the control plane starts by itself.
 
 mod cluster_smoke;
+mod degraded;
 mod holder_cli;
 mod install;
 mod lock_lifecycle;

@@ -1,9 +1,11 @@
-//! Admin HTTP server: `/livez`, `/readyz` (ready once every watch has synced its cache), and
-//! `/metrics` (Prometheus text format).
+//! Admin HTTP server: `/livez`, `/readyz` (ready once every watch has synced its cache, and
+//! not while protocol writes keep failing: [`crate::health`]), and `/metrics` (Prometheus text
+//! format).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
 
 use axum::Router;
 use axum::extract::State;
@@ -12,12 +14,16 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use prometheus_client::registry::Registry;
 
+use crate::health::WriteHealth;
+
 /// Shared state of the admin endpoints.
 pub struct AdminState {
     /// Set once every reflector store has synced.
     pub ready: AtomicBool,
     /// The metrics registry rendered at `/metrics`.
     pub registry: Registry,
+    /// Outcomes of the protocol writes: `/readyz` is 503 while they keep failing.
+    pub writes: Arc<WriteHealth>,
 }
 
 /// Builds the router.
@@ -30,14 +36,18 @@ pub fn router(state: Arc<AdminState>) -> Router {
 }
 
 async fn readyz(State(s): State<Arc<AdminState>>) -> impl IntoResponse {
-    if s.ready.load(Ordering::Relaxed) {
-        (StatusCode::OK, "ok")
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "caches not synced")
+    if !s.ready.load(Ordering::Relaxed) {
+        return (StatusCode::SERVICE_UNAVAILABLE, "caches not synced".to_string());
+    }
+    match s.writes.check(Instant::now()) {
+        Ok(()) => (StatusCode::OK, "ok".to_string()),
+        Err(why) => (StatusCode::SERVICE_UNAVAILABLE, why),
     }
 }
 
 async fn metrics(State(s): State<Arc<AdminState>>) -> impl IntoResponse {
+    // Refreshes the failing-writes gauge.
+    let _ = s.writes.check(Instant::now());
     let mut body = String::new();
     match prometheus_client::encoding::text::encode(&mut body, &s.registry) {
         Ok(()) => (

@@ -41,6 +41,7 @@ impl Error {
     pub fn reason(&self) -> &'static str {
         match self {
             Error::Kube { .. } if self.is_conflict() => "Conflict",
+            Error::Kube { .. } if self.is_forbidden() => "Forbidden",
             Error::Kube { .. } => "ApiError",
             Error::Timeout { .. } => "ApiTimeout",
             Error::LeaseNotOwned(_) => "LeaseNotOwned",
@@ -53,6 +54,11 @@ impl Error {
     /// object already exists. Expected under concurrency: re-observe and decide again.
     pub fn is_conflict(&self) -> bool {
         matches!(self, Error::Kube { source: kube::Error::Api(s), .. } if s.code == 409)
+    }
+
+    /// HTTP 403: RBAC or an admission policy denied the call.
+    pub fn is_forbidden(&self) -> bool {
+        matches!(self, Error::Kube { source: kube::Error::Api(s), .. } if s.code == 403)
     }
 
     /// HTTP 404.

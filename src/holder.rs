@@ -77,6 +77,10 @@ pub enum HolderError {
     /// The operator rejected the claim (reason from its status).
     #[error("claim rejected: {0}")]
     Rejected(String),
+    /// The claim was granted, but the operator took the grant back before this holder saw it
+    /// (message from its status): the lock is someone else's now.
+    #[error("grant expired: {0}")]
+    Expired(String),
     /// The timings are inconsistent (must be lease > renew deadline > retry period > 0).
     #[error("invalid timings: {0}")]
     InvalidTimings(String),
@@ -265,6 +269,9 @@ impl Holder {
             };
             listed = true;
             let status = c.status.unwrap_or_default();
+            if status.phase == Some(ClaimPhase::Expired) {
+                return Err(HolderError::Expired(status.message.unwrap_or_default()));
+            }
             if let Some(token) = status.token {
                 return Ok(token);
             }

@@ -10,6 +10,7 @@ pub mod cli;
 pub mod controller;
 pub mod crd;
 pub mod error;
+pub mod health;
 pub mod holder;
 pub mod leader;
 pub mod lease;

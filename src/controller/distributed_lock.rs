@@ -141,6 +141,8 @@ pub async fn reconcile(lock: Arc<DistributedLock>, ctx: Arc<Context>) -> Result<
                 lease_obj = Some(written);
                 if let Some(r) = &released {
                     record_release(&ctx, &lock, r).await;
+                    let view = lease_obj.as_ref().map(lease::view).unwrap_or_default();
+                    expire_claims(&ctx, &ns, &lock, &mut snapshot, &view, Some(r)).await?;
                 }
                 if let Some(g) = holder {
                     ctx.metrics.grants.inc();
@@ -202,6 +204,14 @@ pub async fn reconcile(lock: Arc<DistributedLock>, ctx: Arc<Context>) -> Result<
                 }
             }
             Decision::Idle { requeue_after } => {
+                // A claim still showing Granted for a grant the Lease no longer records (the
+                // expiry write above failed, or an operator restarted in between).
+                if let Some(l) = lease_obj.as_ref() {
+                    let view = lease::view(l);
+                    if view.trusted {
+                        expire_claims(&ctx, &ns, &lock, &mut snapshot, &view, None).await?;
+                    }
+                }
                 ctx.failures.lock().unwrap_or_else(|e| e.into_inner()).remove(&lock_uid);
                 write_status(&lock_api, &lock, lease_obj.as_ref(), &plan.holder, &plan.waiters, &ctx).await?;
                 return Ok(match requeue_after {
@@ -210,6 +220,8 @@ pub async fn reconcile(lock: Arc<DistributedLock>, ctx: Arc<Context>) -> Result<
                 });
             }
         }
+        // The decision's write was answered (failures returned above): the operator can write.
+        ctx.writes.succeeded();
     }
     // Not settled: let the controller run again on the events our own writes caused.
     Ok(Action::requeue(Duration::from_millis(100)))
@@ -217,15 +229,19 @@ pub async fn reconcile(lock: Arc<DistributedLock>, ctx: Arc<Context>) -> Result<
 
 /// Requeues after an error with a per-lock exponential backoff with jitter (200 ms for a
 /// conflict or NotFound, which re-observing fixes; otherwise from 1 s, doubling up to 5 min), and
-/// counts it. Anything but a conflict also turns the lock `Ready=False` with the error as message
+/// counts it. Anything but a conflict also turns the lock `Ready=False` (reason `Forbidden` for a
+/// 403, else `ReconcileError`) with the error as message
 /// (one Warning Event when the condition changes, not one per failure), so `kubectl wait
-/// --for=condition=Ready` tells the truth; the next successful reconcile sets it back.
+/// --for=condition=Ready` tells the truth; the next successful reconcile sets it back. The failure
+/// also counts against the operator's readiness ([`crate::health`]).
 pub fn error_policy(lock: Arc<DistributedLock>, error: &Error, ctx: Arc<Context>) -> Action {
     Metrics::inc(&ctx.metrics.reconcile_errors, error.reason());
     if error.is_conflict() || error.is_not_found() {
         return Action::requeue(Duration::from_millis(200));
     }
     tracing::warn!(lock = %lock.name_any(), error = %error, "reconcile failed");
+    ctx.writes.failed(&error.to_string(), Instant::now());
+    let why = if error.is_forbidden() { reason::WRITE_FORBIDDEN } else { reason::RECONCILE_ERROR };
     let uid = lock.uid().unwrap_or_default();
     let failures = {
         let mut f = ctx.failures.lock().unwrap_or_else(|e| e.into_inner());
@@ -237,7 +253,7 @@ pub fn error_policy(lock: Arc<DistributedLock>, error: &Error, ctx: Arc<Context>
     tokio::spawn(async move {
         let Some(ns) = lock.namespace() else { return };
         let api: Api<DistributedLock> = Api::namespaced(ctx.client.clone(), &ns);
-        if let Err(e) = report_not_ready(&api, &lock, &ctx, reason::RECONCILE_ERROR, &message, None).await {
+        if let Err(e) = report_not_ready(&api, &lock, &ctx, why, &message, None).await {
             tracing::debug!(error = %e, "could not report the failure in status");
         }
     });
@@ -330,7 +346,7 @@ pub fn candidate_of_pod(p: &Pod, lock: &str, node_lost: bool) -> Option<Candidat
 pub fn candidate_of_claim(c: &DistributedLockClaim) -> Option<Candidate> {
     let status = c.status.clone().unwrap_or_default();
     let phase = match (status.phase, status.token) {
-        (Some(ClaimPhase::Rejected), _) => Phase::Failed,
+        (Some(ClaimPhase::Rejected | ClaimPhase::Expired), _) => Phase::Failed,
         (_, Some(_)) => Phase::Running,
         _ => Phase::Pending,
     };
@@ -393,7 +409,10 @@ async fn patch_holder(ctx: &Context, ns: &str, lock: &DistributedLock, g: &Grant
             let api: Api<DistributedLockClaim> = Api::namespaced(ctx.client.clone(), ns);
             let patch = json!({
                 "metadata": { "uid": g.uid, "resourceVersion": g.resource_version },
-                "status": { "phase": "Granted", "token": g.token, "reason": "Granted", "message": note },
+                "status": {
+                    "phase": "Granted", "token": g.token, "reason": "Granted", "message": note,
+                    "lastTransitionTime": Timestamp::now(),
+                },
             });
             let claim =
                 call("patch claim status", api.patch_status(&g.name, &PatchParams::default(), &Patch::Merge(&patch)))
@@ -445,7 +464,10 @@ async fn reject_waiter(
             let api: Api<DistributedLockClaim> = Api::namespaced(ctx.client.clone(), ns);
             let patch = json!({
                 "metadata": { "uid": r.uid, "resourceVersion": r.resource_version },
-                "status": { "phase": "Rejected", "reason": r.reason.as_str(), "message": message },
+                "status": {
+                    "phase": "Rejected", "reason": r.reason.as_str(), "message": message,
+                    "lastTransitionTime": Timestamp::now(),
+                },
             });
             call("reject claim", api.patch_status(&r.name, &pp, &Patch::Merge(&patch)))
                 .await
@@ -463,6 +485,78 @@ async fn reject_waiter(
     let lock_note = format!("{}: {message}", r.name);
     ctx.event(&lock.object_ref(&()), EventType::Normal, r.reason.as_str(), lock_note, "Reject").await;
     Ok(waiter)
+}
+
+/// Marks every claim of this lock that still shows `Granted` for a grant the Lease (`lease`, as
+/// last written or observed) no longer records as `Expired`: its token is at most the Lease's
+/// token and the Lease does not name it.
+/// `released` is the release this reconcile just wrote (its reason goes into the status);
+/// otherwise the reason is `GrantEnded`. The patch carries the claim's UID and the
+/// resourceVersion it was seen with, so a claim that changed since is looked at again by the
+/// next reconcile rather than overwritten (409 and 404 are ignored here).
+async fn expire_claims(
+    ctx: &Context,
+    ns: &str,
+    lock: &DistributedLock,
+    snapshot: &mut Snapshot,
+    lease: &grant::LeaseView,
+    released: Option<&Release>,
+) -> Result<()> {
+    let (lease_token, holder_uid) = (lease.token, lease.holder.as_ref().and_then(|h| h.uid.clone()));
+    let expired: Vec<Candidate> = snapshot
+        .candidates
+        .iter()
+        .filter(|c| c.kind == HolderKind::Claim && c.phase == Phase::Running && !c.gated)
+        .filter(|c| c.token.is_some_and(|t| t <= lease_token) && holder_uid.as_deref() != Some(c.uid.as_str()))
+        .cloned()
+        .collect();
+    let api: Api<DistributedLockClaim> = Api::namespaced(ctx.client.clone(), ns);
+    for c in expired {
+        let (why, message) = match released.filter(|r| r.name == c.identity) {
+            Some(r) if r.reason == grant::ReleaseReason::Expired => (
+                r.reason.as_str(),
+                format!(
+                    "lock {}: no renewal seen for {} s (leaseDurationSeconds); the grant with token {} was taken back",
+                    lock.name_any(),
+                    lock.spec.lease_duration_seconds,
+                    c.token.unwrap_or_default()
+                ),
+            ),
+            Some(r) => (
+                r.reason.as_str(),
+                format!(
+                    "lock {}: the grant with token {} ended: {}",
+                    lock.name_any(),
+                    c.token.unwrap_or_default(),
+                    r.reason.as_str()
+                ),
+            ),
+            None => (
+                "GrantEnded",
+                format!(
+                    "lock {}: the Lease no longer records the grant with token {}",
+                    lock.name_any(),
+                    c.token.unwrap_or_default()
+                ),
+            ),
+        };
+        let patch = json!({
+            "metadata": { "uid": c.uid, "resourceVersion": c.resource_version },
+            "status": { "phase": "Expired", "reason": why, "message": message, "lastTransitionTime": Timestamp::now() },
+        });
+        match call("expire claim", api.patch_status(&c.name, &PatchParams::default(), &Patch::Merge(&patch))).await {
+            Ok(claim) => {
+                tracing::info!(lock = %lock.name_any(), claim = %c.name, reason = why, "claim grant expired");
+                ctx.event(&claim.object_ref(&()), EventType::Warning, "GrantExpired", message, "Expire").await;
+                if let Some(c) = candidate_of_claim(&claim) {
+                    snapshot.absorb_candidate(c);
+                }
+            }
+            Err(e) if e.is_conflict() || e.is_not_found() => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 async fn record_release(ctx: &Context, lock: &DistributedLock, r: &Release) {

@@ -26,6 +26,7 @@ use crate::admin::{self, AdminState};
 use crate::cli::OperatorArgs;
 use crate::crd::{DistributedLock, DistributedLockClaim};
 use crate::error::Error;
+use crate::health::WriteHealth;
 use crate::lock::{GRANTED_LOCK_ANNOTATION, LEASE_LABEL, LOCK_ANNOTATION};
 use crate::metrics::Metrics;
 
@@ -48,6 +49,8 @@ pub struct Context {
     pub recorder: Recorder,
     /// Metrics.
     pub metrics: Arc<Metrics>,
+    /// Outcomes of the protocol writes, for `/readyz` ([`crate::health`]).
+    pub writes: Arc<WriteHealth>,
     /// `DistributedLockClaim`s.
     pub claims: Store<DistributedLockClaim>,
     /// The protocol's clock state per lock UID ([`crate::lock::machine::Clocks`]), on this
@@ -184,7 +187,9 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
     let ns = args.namespace.as_deref();
     let mut registry = Registry::default();
     let metrics = Arc::new(Metrics::new(&mut registry));
-    let admin_state = Arc::new(AdminState { ready: false.into(), registry });
+    let writes = Arc::new(WriteHealth::default());
+    writes.register(&mut registry);
+    let admin_state = Arc::new(AdminState { ready: false.into(), registry, writes: writes.clone() });
 
     let (pods, pod_writer) = reflector::store::<Pod>();
     let (leases, lease_writer) = reflector::store::<Lease>();
@@ -308,6 +313,7 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
         claims: claims.clone(),
         recorder: Recorder::new(client.clone(), reporter),
         metrics: metrics.clone(),
+        writes,
         clocks: Mutex::default(),
         started: Instant::now(),
         failures: Mutex::default(),

@@ -65,22 +65,31 @@ pub enum ClaimPhase {
     Granted,
     /// Gave up (skip policy or max wait): `status.reason` says which.
     Rejected,
+    /// Was granted, and the operator took the grant back: the holder stopped renewing for
+    /// `leaseDurationSeconds` (`status.reason` `HolderLeaseExpired`), or the Lease moved on to a
+    /// later grant or to nobody (`GrantEnded`). `status.token` keeps the token of the grant,
+    /// `status.lastTransitionTime` says when. The claim is never granted again.
+    Expired,
 }
 
 /// Observed state of a claim, written by the operator.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DistributedLockClaimStatus {
-    /// `Waiting`, `Granted` or `Rejected`.
+    /// `Waiting`, `Granted`, `Rejected` or `Expired`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<ClaimPhase>,
     /// Fencing token of the grant (set once, when granted).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token: Option<i64>,
-    /// Machine-readable reason of the last phase change (`Granted`, `LockBusy`, `LockWaitTimeout`).
+    /// Machine-readable reason of the last phase change (`Granted`, `LockBusy`, `LockWaitTimeout`,
+    /// `HolderLeaseExpired`, `GrantEnded`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// Human-readable message.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// When `phase` last changed (set with `Granted`, `Rejected` and `Expired`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_transition_time: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
 }

@@ -22,6 +22,9 @@ pub mod reason {
     pub const NAMESPACE_TERMINATING: &str = "NamespaceTerminating";
     /// A write failed; the message says which.
     pub const RECONCILE_ERROR: &str = "ReconcileError";
+    /// The API server denied a write with 403 Forbidden (RBAC, or an admission policy); the
+    /// message names the write and the denial.
+    pub const WRITE_FORBIDDEN: &str = "Forbidden";
     /// A pod holds the lock.
     pub const GRANTED: &str = "Granted";
     /// Nobody holds the lock.
