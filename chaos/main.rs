@@ -649,9 +649,6 @@ async fn inject(w: Arc<World>, kind: &'static str, hold: Duration, pick: usize) 
     use nix::sys::signal::Signal::{SIGCONT, SIGKILL, SIGSTOP};
     let start = now_ns();
     let mut target = String::from("-");
-    let cluster_up = || {
-        let _ = Command::new("bash").args(["e2e/cluster.sh", "up", "chaos"]).current_dir(repo()).output();
-    };
     match kind {
         "operator-kill" | "leader-pause" => {
             let idx = leader(&w).await.unwrap_or(pick % 2);
@@ -681,7 +678,13 @@ async fn inject(w: Arc<World>, kind: &'static str, hold: Duration, pick: usize) 
                 signal(-pid, SIGKILL);
             }
             tokio::time::sleep(hold).await;
-            tokio::task::spawn_blocking(cluster_up).await.unwrap();
+            // The same process again, with the same arguments and data (not `up`: that starts
+            // a fresh control plane when one component is missing).
+            let restart = move || {
+                Command::new("bash").args(["e2e/cluster.sh", "restart", "chaos", comp]).current_dir(repo()).output()
+            };
+            let out = tokio::task::spawn_blocking(restart).await.unwrap().expect("cluster.sh restart");
+            assert!(out.status.success(), "restart {comp}: {}", String::from_utf8_lossy(&out.stderr));
         }
         "etcd-pause" | "node-loss" => {
             let comp = if kind == "etcd-pause" { "etcd" } else { "kwok" };

@@ -9,6 +9,10 @@
 #   e2e/cluster.sh down   [NAME]   stop every process of NAME and remove its run directory
 #   e2e/cluster.sh status [NAME]   one line per component; exit 1 if anything is not running
 #   e2e/cluster.sh env    [NAME]   print the export line
+#   e2e/cluster.sh restart NAME COMPONENT
+#                                  start one component again with the arguments it was started
+#                                  with (after it was killed; stops it first if it still runs),
+#                                  and wait until it is healthy: the chaos run's restarts
 #
 # Environment:
 #   LEASEHOLD_RUN_DIR     parent of the run directories (default /tmp/leasehold-clusters)
@@ -56,6 +60,7 @@ live_pid() {
 # leader, so setsid(1) calls setsid(2) and execs in place: $! is the component's own pid.
 start() {
   local comp=$1; shift
+  printf '%s\0' "$@" >"$dir/pids/$comp.cmd" # for `restart`
   log "starting $comp"
   setsid "$@" </dev/null >>"$dir/logs/$comp.log" 2>&1 9>&- & # 9: the lock fd, see lock()
   echo $! >"$(pidfile "$comp")"
@@ -447,14 +452,26 @@ cmd_status() {
   check_status
 }
 
+cmd_restart() {
+  local comp=$1 args=()
+  [ -s "$dir/pids/$comp.cmd" ] || die "no recorded command for '$comp' in $dir (is $name up?)"
+  local stopped=() left=()
+  stop_some "$comp"
+  mapfile -d '' -t args <"$dir/pids/$comp.cmd"
+  start "$comp" "${args[@]}"
+  wait_for "$comp" "$comp health" probe "$comp"
+  log "$comp restarted"
+}
+
 cmd_env() {
   echo "export KUBECONFIG=$dir/kubeconfig"
 }
 
 # ---------------------------------------------------------------------------------------------
 
-[ $# -ge 1 ] && [ $# -le 2 ] || usage
+[ $# -ge 1 ] && [ $# -le 3 ] || usage
 command=$1
+component=${3:-}
 name=${2:-default}
 [[ $name =~ ^[A-Za-z0-9][A-Za-z0-9._-]*$ ]] || die "invalid cluster name '$name'"
 root=${LEASEHOLD_RUN_DIR:-/tmp/leasehold-clusters}
@@ -473,5 +490,6 @@ case $command in
   down) lock; cmd_down ;;
   status) cmd_status ;;
   env) cmd_env ;;
+  restart) [ -n "$component" ] || usage; lock; cmd_restart "$component" ;;
   *) usage ;;
 esac
