@@ -159,6 +159,8 @@ struct World {
     /// `leasehold lock` supervisors: identity -> pid.
     cli_pids: Mutex<BTreeMap<String, u32>>,
     operators: Mutex<Vec<Operator>>,
+    /// Faults the harness could not heal: the run proves nothing then, and fails.
+    harness_errors: Mutex<Vec<String>>,
     plant: bool,
     seq: AtomicU64,
 }
@@ -237,6 +239,7 @@ async fn run(args: &Args) -> check::Report {
         lost: AtomicU64::new(0),
         cli_pids: Mutex::default(),
         operators: Mutex::new(operators),
+        harness_errors: Mutex::default(),
         plant: args.plant,
         seq: AtomicU64::new(0),
     });
@@ -285,8 +288,9 @@ async fn run(args: &Args) -> check::Report {
     let writes = sink::history(&db).await.unwrap();
     let faults = world.faults.lock().unwrap().clone();
     let report = check::check(&sections, &writes, &faults);
-    let summary =
-        summarize(&report, &sections, &faults, &left, world.lost.load(Ordering::Relaxed), started, healed, args);
+    let harness = world.harness_errors.lock().unwrap().clone();
+    let lost = world.lost.load(Ordering::Relaxed);
+    let summary = summarize(&report, &sections, &faults, &left, lost, &harness, started, healed, args);
     std::fs::write(
         args.out.join("history.json"),
         serde_json::to_string(&json!({"sections": sections, "writes": writes, "faults": faults})).unwrap(),
@@ -303,6 +307,9 @@ async fn run(args: &Args) -> check::Report {
     if lost_waiters {
         // Folded into the verdict: a lost waiter fails the run like a forbidden overlap.
         report.token_errors.push(("*".into(), format!("lost waiters: {left:?}"), 0, 0));
+    }
+    for e in world.harness_errors.lock().unwrap().iter() {
+        report.token_errors.push(("*".into(), format!("harness: {e}"), 0, 0));
     }
     report
 }
@@ -684,7 +691,11 @@ async fn inject(w: Arc<World>, kind: &'static str, hold: Duration, pick: usize) 
                 Command::new("bash").args(["e2e/cluster.sh", "restart", "chaos", comp]).current_dir(repo()).output()
             };
             let out = tokio::task::spawn_blocking(restart).await.unwrap().expect("cluster.sh restart");
-            assert!(out.status.success(), "restart {comp}: {}", String::from_utf8_lossy(&out.stderr));
+            if !out.status.success() {
+                let why = format!("could not restart {comp}: {}", String::from_utf8_lossy(&out.stderr));
+                eprintln!("chaos: {why}");
+                w.harness_errors.lock().unwrap().push(why);
+            }
         }
         "etcd-pause" | "node-loss" => {
             let comp = if kind == "etcd-pause" { "etcd" } else { "kwok" };
@@ -759,6 +770,7 @@ fn summarize(
     faults: &[Fault],
     left: &[(String, String)],
     lost: u64,
+    harness: &[String],
     started: u64,
     healed: u64,
     args: &Args,
@@ -811,7 +823,8 @@ fn summarize(
         "waiters_left": left,
         "waits_failed_after_heal": lost,
         "recovery_after_heal": recovery,
-        "verdict": verdict(report.ok() && left.is_empty() && lost == 0),
+        "harness_errors": harness,
+        "verdict": verdict(report.ok() && left.is_empty() && lost == 0 && harness.is_empty()),
     })
 }
 

@@ -453,14 +453,29 @@ cmd_status() {
 }
 
 cmd_restart() {
-  local comp=$1 args=()
+  local comp=$1 args=() attempt pid deadline
   [ -s "$dir/pids/$comp.cmd" ] || die "no recorded command for '$comp' in $dir (is $name up?)"
   local stopped=() left=()
   stop_some "$comp"
   mapfile -d '' -t args <"$dir/pids/$comp.cmd"
-  start "$comp" "${args[@]}"
-  wait_for "$comp" "$comp health" probe "$comp"
-  log "$comp restarted"
+  # A component may fail to come up while another one is unwell (an apiserver whose etcd is
+  # paused exits): try again, up to 10 times, and never tear the control plane down from here.
+  for attempt in 1 2 3 4 5 6 7 8 9 10; do
+    start "$comp" "${args[@]}"
+    deadline=$((SECONDS + timeout))
+    while live_pid "$comp" >/dev/null && ((SECONDS < deadline)); do
+      if probe "$comp" 2>/dev/null; then
+        log "$comp restarted"
+        return 0
+      fi
+      sleep 0.25
+    done
+    log "$comp did not come up (attempt $attempt); last lines of its log:"
+    tail -n 5 "$dir/logs/$comp.log" >&2 || true
+    if pid=$(live_pid "$comp"); then kill -KILL -- "-$pid" 2>/dev/null || true; fi
+    sleep 1
+  done
+  die "$comp did not come back after 10 attempts"
 }
 
 cmd_env() {

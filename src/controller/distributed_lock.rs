@@ -346,7 +346,10 @@ pub fn candidate_of_pod(p: &Pod, lock: &str, node_lost: bool) -> Option<Candidat
 pub fn candidate_of_claim(c: &DistributedLockClaim) -> Option<Candidate> {
     let status = c.status.clone().unwrap_or_default();
     let phase = match (status.phase, status.token) {
-        (Some(ClaimPhase::Rejected | ClaimPhase::Expired), _) => Phase::Failed,
+        // `Expired` is status only: for the decision an expired claim stays what it was (a grant,
+        // with its token, that the Lease no longer records), so the protocol the model checker
+        // explores (tests/model.rs) is unchanged by it.
+        (Some(ClaimPhase::Rejected), _) => Phase::Failed,
         (_, Some(_)) => Phase::Running,
         _ => Phase::Pending,
     };
@@ -508,6 +511,15 @@ async fn expire_claims(
         .iter()
         .filter(|c| c.kind == HolderKind::Claim && c.phase == Phase::Running && !c.gated)
         .filter(|c| c.token.is_some_and(|t| t <= lease_token) && holder_uid.as_deref() != Some(c.uid.as_str()))
+        // Only a claim that still shows Granted, as the cache has it at the version decided on
+        // (a claim this reconcile just wrote is newer than the cache: left to the next one).
+        .filter(|c| {
+            ctx.claims.state().iter().any(|x| {
+                x.metadata.uid.as_deref() == Some(c.uid.as_str())
+                    && x.metadata.resource_version.as_deref() == Some(c.resource_version.as_str())
+                    && x.status.as_ref().and_then(|s| s.phase) == Some(ClaimPhase::Granted)
+            })
+        })
         .cloned()
         .collect();
     let api: Api<DistributedLockClaim> = Api::namespaced(ctx.client.clone(), ns);
