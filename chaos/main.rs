@@ -2,13 +2,14 @@
 //! real faults into the local control plane, the operator and the holders, and a checker that
 //! reads the history afterwards ([`check`]). Jepsen's shape: workload, nemesis, checker.
 //!
-//! `cargo test --test chaos -- [--duration 10m] [--seed N] [--plant ignore-release] [--out DIR]`
+//! `cargo test --test chaos -- [--duration 10m] [--seed N] [--locks N] [--plant ignore-release]
+//! [--out DIR] [--cluster NAME]`
 //! runs one run. Without `--duration` (as `make test` runs it) it runs the CI pair: a short run
 //! that must be clean, and a short run with a planted bug (a library holder that keeps writing
 //! after its release) that the checker must catch. Exit status 1 when a verdict is wrong.
 //!
-//! Everything runs on its own control plane (`e2e/cluster.sh up chaos`) and PostgreSQL
-//! (`e2e/harness/postgres.sh up chaos`), both stopped at the end. Output in `target/chaos/`:
+//! Everything runs on its own control plane (`e2e/cluster.sh up chaos`, or `--cluster NAME`) and
+//! PostgreSQL (`e2e/harness/postgres.sh up chaos`), both stopped at the end. Output in `target/chaos/`:
 //! `history.json` (sections, fenced writes, faults), `summary.json`, `grants.png`.
 
 mod check;
@@ -56,6 +57,8 @@ struct Args {
     plant: bool,
     out: PathBuf,
     locks: usize,
+    /// Control plane and PostgreSQL run name (`e2e/cluster.sh up <cluster>`).
+    cluster: String,
 }
 
 fn main() {
@@ -67,19 +70,21 @@ fn main() {
     let seed = value("--seed").or(std::env::var("CHAOS_SEED").ok()).map_or(1, |s| s.parse().expect("--seed N"));
     let out = value("--out").map_or(repo().join("target/chaos"), PathBuf::from);
     let locks = value("--locks").map_or(3, |s| s.parse().expect("--locks N"));
+    let cluster = value("--cluster").unwrap_or_else(|| "chaos".into());
     let duration = value("--duration").or(std::env::var("CHAOS_DURATION").ok());
     let rt = tokio::runtime::Runtime::new().expect("tokio runtime");
     let code = match duration {
         Some(d) => {
             let duration = *d.parse::<humantime::Duration>().expect("--duration like 10m");
             let plant = value("--plant").is_some_and(|p| p == "ignore-release");
-            let args = Args { duration, seed, plant, out, locks };
+            let args = Args { duration, seed, plant, out, locks, cluster };
             let report = rt.block_on(run(&args));
             i32::from(!report.ok())
         }
         None => {
             // The CI pair: a clean short run, then the same checker must catch a planted bug.
-            let clean = Args { duration: Duration::from_secs(100), seed, plant: false, out: out.clone(), locks };
+            let clean =
+                Args { duration: Duration::from_secs(100), seed, plant: false, out: out.clone(), locks, cluster };
             let clean_ok = rt.block_on(run(&clean)).ok();
             let planted = Args { duration: Duration::from_secs(40), plant: true, out: out.join("planted"), ..clean };
             let caught = !rt.block_on(run(&planted)).ok();
@@ -142,6 +147,7 @@ fn section_main(args: &[String]) {
 /// Everything the workers and the nemesis share.
 struct World {
     client: Client,
+    cluster: String,
     ns: String,
     locks: Vec<String>,
     pg_port: u16,
@@ -195,9 +201,10 @@ fn export_value(out: &str, var: &str) -> String {
 
 async fn run(args: &Args) -> check::Report {
     std::fs::create_dir_all(&args.out).unwrap();
-    let kubeconfig = PathBuf::from(export_value(&sh(&["bash", "e2e/cluster.sh", "up", "chaos"]), "KUBECONFIG"));
+    let cluster = args.cluster.as_str();
+    let kubeconfig = PathBuf::from(export_value(&sh(&["bash", "e2e/cluster.sh", "up", cluster]), "KUBECONFIG"));
     let pg_port: u16 =
-        export_value(&sh(&["bash", "e2e/harness/postgres.sh", "up", "chaos"]), "LEASEHOLD_PG_PORT").parse().unwrap();
+        export_value(&sh(&["bash", "e2e/harness/postgres.sh", "up", cluster]), "LEASEHOLD_PG_PORT").parse().unwrap();
     let kc = kube::config::Kubeconfig::read_from(&kubeconfig).unwrap();
     let cfg = Config::from_custom_kubeconfig(kc, &Default::default()).await.unwrap();
     let client = Client::try_from(cfg).unwrap();
@@ -226,6 +233,7 @@ async fn run(args: &Args) -> check::Report {
         (0..2).map(|i| start_operator_proc(&format!("op-{i}"), &ns, &args.out, &kubeconfig, None)).collect();
     let world = Arc::new(World {
         client: client.clone(),
+        cluster: args.cluster.clone(),
         ns: ns.clone(),
         locks: locks.clone(),
         pg_port,
@@ -300,8 +308,8 @@ async fn run(args: &Args) -> check::Report {
     plot(&args.out.join("grants.png"), &sections, &faults, started);
     println!("{}", serde_json::to_string_pretty(&summary).unwrap());
     let _ = nss.delete(&ns, &DeleteParams::default()).await;
-    sh(&["bash", "e2e/cluster.sh", "down", "chaos"]);
-    sh(&["bash", "e2e/harness/postgres.sh", "down", "chaos"]);
+    sh(&["bash", "e2e/cluster.sh", "down", cluster]);
+    sh(&["bash", "e2e/harness/postgres.sh", "down", cluster]);
     let lost_waiters = !left.is_empty() || world.lost.load(Ordering::Relaxed) > 0;
     let mut report = report;
     if lost_waiters {
@@ -687,8 +695,9 @@ async fn inject(w: Arc<World>, kind: &'static str, hold: Duration, pick: usize) 
             tokio::time::sleep(hold).await;
             // The same process again, with the same arguments and data (not `up`: that starts
             // a fresh control plane when one component is missing).
+            let cluster = w.cluster.clone();
             let restart = move || {
-                Command::new("bash").args(["e2e/cluster.sh", "restart", "chaos", comp]).current_dir(repo()).output()
+                Command::new("bash").args(["e2e/cluster.sh", "restart", &cluster, comp]).current_dir(repo()).output()
             };
             let out = tokio::task::spawn_blocking(restart).await.unwrap().expect("cluster.sh restart");
             if !out.status.success() {
