@@ -107,7 +107,7 @@ fn verdict(ok: bool) -> &'static str {
 // The section process: the command a `leasehold lock` holder runs.
 
 /// `section --lock L --pg PORT --log FILE --pids DIR`: records its start, writes to the fenced
-/// sink with `$LEASEHOLD_FENCING_TOKEN`, works 100-300 ms, writes again, records its end. On
+/// sink with `$LEASEHOLD_FENCING_TOKEN`, works 300-900 ms, writes again, records its end. On
 /// SIGTERM (the lock was lost) it records its end and exits 143.
 fn section_main(args: &[String]) {
     let value = |flag: &str| args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1)).cloned().unwrap();
@@ -128,7 +128,7 @@ fn section_main(args: &[String]) {
         let work = async {
             let db = sink::connect(port.parse().unwrap()).await.ok()?;
             sink::write(&db, &lock, &holder, token, now_ns()).await.ok()?;
-            let ms = rand::rng().random_range(100..300);
+            let ms = rand::rng().random_range(300..900);
             tokio::time::sleep(Duration::from_millis(ms)).await;
             sink::write(&db, &lock, &holder, token, now_ns()).await.ok()
         };
@@ -266,7 +266,9 @@ async fn run(args: &Args) -> check::Report {
         for i in 0..2 {
             tasks.push(tokio::spawn(library_worker(world.clone(), l.clone(), i)));
         }
-        tasks.push(tokio::spawn(cli_worker(world.clone(), l.clone())));
+        for i in 0..2 {
+            tasks.push(tokio::spawn(cli_worker(world.clone(), l.clone(), i)));
+        }
         tasks.push(tokio::spawn(pod_worker(world.clone(), l.clone())));
     }
     nemesis(world.clone(), args.duration, args.seed).await;
@@ -424,11 +426,11 @@ async fn library_worker(w: Arc<World>, lock: String, i: usize) {
 }
 
 /// A `leasehold lock` holder running the section process; again.
-async fn cli_worker(w: Arc<World>, lock: String) {
+async fn cli_worker(w: Arc<World>, lock: String, i: usize) {
     let mut n = 0;
     while !w.stopping.load(Ordering::SeqCst) {
         n += 1;
-        let id = format!("cli-{lock}-{n}");
+        let id = format!("cli-{lock}-{i}-{n}");
         let exe = std::env::current_exe().unwrap();
         let (log, pids) = (w.out.join("sections.jsonl"), w.out.join("pids"));
         let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
@@ -587,16 +589,16 @@ fn cli_sections(path: &Path) -> Vec<Section> {
 
 const FAULTS: &[(&str, u32)] = &[
     ("operator-kill", 3),
-    ("leader-pause", 1),
-    ("apiserver-restart", 1),
-    ("etcd-pause", 2),
-    ("kcm-restart", 1),
-    ("holder-pause", 3),
-    ("supervisor-pause", 2),
+    ("leader-pause", 2),
+    ("apiserver-restart", 2),
+    ("etcd-pause", 3),
+    ("kcm-restart", 2),
+    ("holder-pause", 5),
+    ("supervisor-pause", 3),
     ("node-loss", 1),
-    ("lease-delete", 2),
-    ("lease-edit", 2),
-    ("claim-delete", 2),
+    ("lease-delete", 3),
+    ("lease-edit", 3),
+    ("claim-delete", 3),
 ];
 
 /// Injects faults at random times (seeded: the same seed gives the same schedule of kinds,
@@ -715,13 +717,21 @@ async fn inject(w: Arc<World>, kind: &'static str, hold: Duration, pick: usize) 
             signal(pid, SIGCONT);
         }
         "holder-pause" | "supervisor-pause" => {
-            let running: Vec<(String, u32)> = {
-                let pids = w.cli_pids.lock().unwrap();
-                pids.iter()
-                    .filter(|(id, _)| w.out.join("pids").join(id).exists())
-                    .map(|(k, v)| (k.clone(), *v))
-                    .collect()
-            };
+            // A holder that runs its command now (its section has started): wait for one.
+            let mut running: Vec<(String, u32)> = vec![];
+            for _ in 0..300 {
+                running = {
+                    let pids = w.cli_pids.lock().unwrap();
+                    pids.iter()
+                        .filter(|(id, _)| w.out.join("pids").join(id).exists())
+                        .map(|(k, v)| (k.clone(), *v))
+                        .collect()
+                };
+                if !running.is_empty() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
             if running.is_empty() {
                 return;
             }
@@ -787,9 +797,13 @@ fn summarize(
     let mut starts: Vec<u64> = sections.iter().map(|s| s.start).collect();
     starts.sort_unstable();
     // Recovery per fault kind: from the heal to the next grant on any lock, ms.
+    // Only faults that had the system to themselves (no other fault active from their start
+    // to that next grant), so that one fault's figure is not another's.
     let mut recovery: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
     for f in faults {
-        if let Some(next) = starts.iter().find(|s| **s >= f.end) {
+        let Some(next) = starts.iter().find(|s| **s >= f.end) else { continue };
+        let alone = faults.iter().all(|g| std::ptr::eq(f, g) || g.end <= f.start || g.start >= *next);
+        if alone {
             recovery.entry(&f.kind).or_default().push((next - f.end) as f64 / 1e6);
         }
     }
@@ -831,7 +845,7 @@ fn summarize(
         "allowed_overlaps": allowed,
         "waiters_left": left,
         "waits_failed_after_heal": lost,
-        "recovery_after_heal": recovery,
+        "recovery_after_heal_isolated_faults": recovery,
         "harness_errors": harness,
         "verdict": verdict(report.ok() && left.is_empty() && lost == 0 && harness.is_empty()),
     })
