@@ -818,12 +818,15 @@ fn summarize(
     for f in faults {
         *by_kind.entry(f.kind.clone()).or_default() += 1;
     }
-    let mut allowed: BTreeMap<String, usize> = BTreeMap::new();
+    // Allowed overlaps counted once per older section (a holder paused for 5 s overlaps every
+    // section granted meanwhile).
+    let mut allowed: BTreeMap<String, std::collections::BTreeSet<(String, String)>> = BTreeMap::new();
     for o in &report.overlaps {
         if let Some(a) = o.allowed {
-            *allowed.entry(format!("{a:?}")).or_default() += 1;
+            allowed.entry(format!("{a:?}")).or_default().insert((o.lock.clone(), o.older.clone()));
         }
     }
+    let allowed: BTreeMap<String, usize> = allowed.into_iter().map(|(k, v)| (k, v.len())).collect();
     let kinds: BTreeMap<String, usize> = sections.iter().fold(BTreeMap::new(), |mut m, s| {
         *m.entry(format!("{:?}", s.kind)).or_default() += 1;
         m
@@ -842,7 +845,7 @@ fn summarize(
         "repeated_or_decreasing_tokens": report.token_errors,
         "sink_went_back": report.sink_errors.len(),
         "stale_writes_rejected": report.stale_rejected,
-        "allowed_overlaps": allowed,
+        "allowed_overlaps_by_cause": allowed,
         "waiters_left": left,
         "waits_failed_after_heal": lost,
         "recovery_after_heal_isolated_faults": recovery,
