@@ -39,6 +39,8 @@ crd:
 down:
 	e2e/cluster.sh down e2e
 	e2e/harness/postgres.sh down e2e
+	e2e/cluster.sh down chaos
+	e2e/harness/postgres.sh down chaos
 
 # Install like a real operator (docs/install.md). Part of `make lint`:
 #   chart-lint   helm lint --strict of charts/leasehold
