@@ -118,10 +118,13 @@ fn section_main(args: &[String]) {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async move {
         let record = |ev: &str| {
-            let line = json!({"ev": ev, "lock": lock, "holder": holder, "token": token, "t": now_ns()});
+            // One write(2) per line on an O_APPEND file: lines of concurrent section processes
+            // never interleave (`writeln!` would write the pieces one by one, and did).
+            let mut line = json!({"ev": ev, "lock": lock, "holder": holder, "token": token, "t": now_ns()}).to_string();
+            line.push('\n');
             use std::io::Write as _;
             let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&log).unwrap();
-            let _ = writeln!(f, "{line}");
+            f.write_all(line.as_bytes()).expect("section log");
         };
         record("start");
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).unwrap();
@@ -294,7 +297,11 @@ async fn run(args: &Args) -> check::Report {
 
     // The history.
     let mut sections = world.sections.lock().unwrap().clone();
-    sections.extend(cli_sections(&args.out.join("sections.jsonl")));
+    let (cli, bad) = cli_sections(&args.out.join("sections.jsonl"));
+    sections.extend(cli);
+    if bad > 0 {
+        world.harness_errors.lock().unwrap().push(format!("{bad} unreadable lines in sections.jsonl"));
+    }
     let writes = sink::history(&db).await.unwrap();
     let faults = world.faults.lock().unwrap().clone();
     let report = check::check(&sections, &writes, &faults);
@@ -547,13 +554,17 @@ async fn watch_pods(w: Arc<World>) {
     }
 }
 
-/// Sections of the `leasehold lock` commands, from their start/end lines.
-fn cli_sections(path: &Path) -> Vec<Section> {
+/// Sections of the `leasehold lock` commands, from their start/end lines, and how many lines
+/// could not be read (the harness's own fault; it voids the run).
+fn cli_sections(path: &Path) -> (Vec<Section>, usize) {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let mut open: BTreeMap<(String, i64), (String, u64)> = BTreeMap::new();
-    let mut out = vec![];
+    let (mut out, mut bad) = (vec![], 0);
     for line in text.lines() {
-        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else { continue };
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+            bad += 1;
+            continue;
+        };
         let (holder, token, t) = (
             v["holder"].as_str().unwrap_or("").to_string(),
             v["token"].as_i64().unwrap_or(0),
@@ -581,7 +592,7 @@ fn cli_sections(path: &Path) -> Vec<Section> {
         start,
         end: u64::MAX,
     }));
-    out
+    (out, bad)
 }
 
 // ------------------------------------------------------------------------------------------
