@@ -471,8 +471,8 @@ async fn cli_worker(w: Arc<World>, lock: String, i: usize) {
         watch_grant.abort();
         let was_waiting = w.waiting.lock().unwrap().remove(&id).is_some();
         w.cli_pids.lock().unwrap().remove(&id);
-        // Exit 1 with a reason (wait timeout, claim deleted) is "told why"; counted as lost only
-        // after the faults healed.
+        // Exit 1 with a reason (wait timeout, claim deleted, grant expired) is "told why":
+        // reported when it happens after the faults healed, not a lost waiter.
         if was_waiting && w.stopping.load(Ordering::SeqCst) {
             eprintln!(
                 "chaos: {id} told why it was not served, after the faults healed: {}",
