@@ -38,7 +38,7 @@ const MAX_STEPS: usize = 8;
 const FOREIGN_LEASE_RECHECK: Duration = Duration::from_secs(60);
 /// How often an idle lock is reconciled even when no watch event names it: the bound on how
 /// long a lock can sit on a missed event (a watch relist does not report the objects deleted in
-/// between; the relist itself also triggers every lock, see `controller::trigger_all`).
+/// between; the relist itself also triggers every lock, see `controller::trigger_locks`).
 const RESYNC: Duration = Duration::from_secs(300);
 /// How many waiters `status.waiters` lists.
 const STATUS_WAITERS: usize = 10;

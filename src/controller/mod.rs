@@ -165,12 +165,17 @@ pub fn locks_of(pod: &Pod) -> Vec<ObjectRef<DistributedLock>> {
     locks
 }
 
-/// Sends a reconcile trigger for every lock that has a Lease in the cache. Used when a watch has
-/// re-listed: a relist replaces the cache without reporting the objects deleted in between, so
-/// a lock whose holder vanished then would otherwise wait for an unrelated event.
-fn trigger_all(tx: &mpsc::UnboundedSender<ObjectRef<DistributedLock>>, leases: &Store<Lease>) {
+/// Sends a reconcile trigger for every lock that has a Lease in the cache, or only for those in
+/// namespace `only` when given. Used when a watch has re-listed (a relist replaces the cache
+/// without reporting the objects deleted in between, so a lock whose holder vanished then would
+/// otherwise wait for an unrelated event) and when a namespace starts terminating.
+fn trigger_locks(tx: &mpsc::UnboundedSender<ObjectRef<DistributedLock>>, leases: &Store<Lease>, only: Option<&str>) {
     for l in leases.state() {
-        if let (Some(name), Some(ns)) = (l.labels().get(LEASE_LABEL), l.namespace()) {
+        let ns = l.namespace();
+        if only.is_some_and(|o| ns.as_deref() != Some(o)) {
+            continue;
+        }
+        if let (Some(name), Some(ns)) = (l.labels().get(LEASE_LABEL), ns) {
             let _ = tx.unbounded_send(ObjectRef::new(name).within(&ns));
         }
     }
@@ -222,7 +227,7 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
                     let _ = pod_tx.unbounded_send(pod::PodEvent::Gone(p.uid().unwrap_or_default()));
                 }
             }
-            watcher::Event::InitDone => trigger_all(&tx, &leases_for_pods),
+            watcher::Event::InitDone => trigger_locks(&tx, &leases_for_pods, None),
             watcher::Event::Init => {}
         },
     );
@@ -253,7 +258,7 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
                     let _ = tx.unbounded_send(ObjectRef::new(&c.spec.lock).within(&ns));
                 }
             }
-            watcher::Event::InitDone => trigger_all(&tx, &leases_for_claims),
+            watcher::Event::InitDone => trigger_locks(&tx, &leases_for_claims, None),
             watcher::Event::Init => {}
         },
     );
@@ -293,12 +298,7 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
             if let watcher::Event::Apply(n) = ev
                 && n.metadata.deletion_timestamp.is_some()
             {
-                let name = n.name_any();
-                for l in leases_for_namespaces.state().iter().filter(|l| l.namespace().as_deref() == Some(&name)) {
-                    if let Some(lock) = l.labels().get(LEASE_LABEL) {
-                        let _ = tx.unbounded_send(ObjectRef::new(lock).within(&name));
-                    }
-                }
+                trigger_locks(&tx, &leases_for_namespaces, Some(&n.name_any()));
             }
         },
     );
