@@ -50,6 +50,9 @@ pub async fn run(args: LockArgs) -> i32 {
 }
 
 async fn run_inner(args: LockArgs) -> anyhow::Result<i32> {
+    // Catch signals from the first moment: one that arrives while the claim is being created
+    // must still take it out of the queue (and one between grant and spawn reaches the command).
+    let mut signals = catch_signals()?;
     let client = kube::Client::try_default().await?;
     let namespace = args.namespace.clone().unwrap_or_else(|| client.default_namespace().to_string());
     let identity = match args.identity.clone() {
@@ -74,15 +77,10 @@ async fn run_inner(args: LockArgs) -> anyhow::Result<i32> {
             return Ok(EXIT_ERROR);
         }
     };
-    // Leave the queue cleanly when interrupted while waiting.
-    let mut term = signal(SignalKind::terminate())?;
-    let mut int = signal(SignalKind::interrupt())?;
-    let mut hup = signal(SignalKind::hangup())?;
+    // Leave the queue cleanly when a signal ends the wait (each of them would end the process).
     let acquired = tokio::select! {
         r = ticket.wait(args.wait_timeout.map(Into::into)) => r,
-        _ = term.recv() => { ticket.cancel().await; return Ok(128 + 15) }
-        _ = int.recv() => { ticket.cancel().await; return Ok(128 + 2) }
-        _ = hup.recv() => { ticket.cancel().await; return Ok(128 + 1) }
+        Some(sig) = signals.recv() => { ticket.cancel().await; return Ok(128 + sig as i32) }
     };
     if acquired.is_err() {
         ticket.cancel().await;
@@ -100,7 +98,28 @@ async fn run_inner(args: LockArgs) -> anyhow::Result<i32> {
         Err(e) => return Err(e.into()),
     };
     tracing::info!(lock = %args.lock, identity = %identity, token = guard.token(), "lock granted; starting command");
-    supervise(args, guard, kill_grace, ticket_deadline).await
+    supervise(args, guard, kill_grace, ticket_deadline, signals).await
+}
+
+/// Every signal in [`FORWARDED`], from one channel, caught from now on (the default action, which
+/// ends the process, no longer applies).
+///
+/// # Errors
+/// When a signal handler cannot be installed.
+fn catch_signals() -> std::io::Result<tokio::sync::mpsc::UnboundedReceiver<Signal>> {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Signal>();
+    for (kind, sig) in FORWARDED {
+        let mut stream = signal(kind)?;
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            while stream.recv().await.is_some() {
+                if tx.send(sig).is_err() {
+                    break;
+                }
+            }
+        });
+    }
+    Ok(rx)
 }
 
 /// The kill grace to use: the one asked for, or half of what the lease leaves after the renew
@@ -125,12 +144,19 @@ fn kill_grace(asked: Option<Duration>, lease: Duration, deadline: Duration) -> R
     }
 }
 
-/// Runs the command under `guard`; stops it if the lock is lost.
+/// Runs the command under `guard`; stops it if the lock is lost. The signals from `sig_rx`
+/// (see [`catch_signals`]) go on to the command.
 ///
 /// Unless standard input is a terminal (an interactive command must stay in the terminal's
 /// foreground process group), the command runs in a process group of its own, and signals go to
 /// the whole group: the children of `sh -c` are stopped with it.
-async fn supervise(args: LockArgs, guard: LockGuard, grace: Duration, deadline: Duration) -> anyhow::Result<i32> {
+async fn supervise(
+    args: LockArgs,
+    guard: LockGuard,
+    grace: Duration,
+    deadline: Duration,
+    mut sig_rx: tokio::sync::mpsc::UnboundedReceiver<Signal>,
+) -> anyhow::Result<i32> {
     use std::io::IsTerminal;
     let (program, rest) = args.command.split_first().ok_or_else(|| anyhow::anyhow!("no command given"))?;
     let own_group = !std::io::stdin().is_terminal();
@@ -156,19 +182,6 @@ async fn supervise(args: LockArgs, guard: LockGuard, grace: Duration, deadline: 
     // kill(2) with a negative pid signals the process group.
     let pid = Pid::from_raw(if own_group { -raw } else { raw });
     let _watchdog = start_watchdog(&guard, raw, own_group, deadline, grace);
-    // Every forwarded signal, from one channel.
-    let (sig_tx, mut sig_rx) = tokio::sync::mpsc::unbounded_channel::<Signal>();
-    for (kind, sig) in FORWARDED {
-        let mut stream = signal(kind)?;
-        let tx = sig_tx.clone();
-        tokio::spawn(async move {
-            while stream.recv().await.is_some() {
-                if tx.send(sig).is_err() {
-                    break;
-                }
-            }
-        });
-    }
     loop {
         tokio::select! {
             status = child.wait() => {
