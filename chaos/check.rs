@@ -122,7 +122,8 @@ impl Report {
 }
 
 /// Checks a history. Faults of kind `holder-pause` (target: holder identity) and `node-loss`
-/// (target: `*`, every pod) are the only ones that allow an overlap, and only when every write
+/// (target: `*`, every pod) are the only ones that allow an overlap (not `holder-cut`: a holder
+/// cut off from the API server stops itself at its renew deadline, inside the lease), and only when every write
 /// the older holder made after the newer one started was rejected by the sink.
 pub fn check(sections: &[Section], writes: &[Write], faults: &[Fault]) -> Report {
     let mut report = Report::default();
@@ -246,6 +247,15 @@ mod tests {
         let accepted = [w(1, "a", 1, 26, true)];
         assert!(!check(&sections, &accepted, &faults).ok(), "a late write that got through");
         assert!(!check(&sections, &rejected, &[pause("b", 5, 25)]).ok(), "the pause hit the other holder");
+    }
+
+    #[test]
+    fn a_holder_cut_off_from_the_api_server_excuses_no_overlap() {
+        // Its supervisor must stop it at the renew deadline, before the lease lets anyone else in.
+        let sections = [s("a", 1, 0, 30), s("b", 2, 10, 20)];
+        let cut = [Fault { kind: "holder-cut".into(), target: "a".into(), start: 5, end: 25 }];
+        let r = check(&sections, &[w(1, "a", 1, 26, false)], &cut);
+        assert_eq!(r.forbidden().count(), 1, "{r:?}");
     }
 
     #[test]

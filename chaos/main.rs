@@ -15,7 +15,7 @@
 mod check;
 mod sink;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -34,6 +34,14 @@ use leasehold::holder::Holder;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
+
+/// How long a critical section works, ms: usually a random time in `short`, one time in twenty
+/// 2-4 s, past the renew deadline (2 s for the 3 s lease), so that a holder cut off from the
+/// API server in its section has to notice the loss and stop.
+fn work_ms(short: std::ops::Range<u64>) -> u64 {
+    let mut rng = rand::rng();
+    if rng.random_bool(0.05) { rng.random_range(2000..4000) } else { rng.random_range(short) }
+}
 
 /// Nanoseconds of `CLOCK_MONOTONIC`: one clock for the runner and every section process.
 fn now_ns() -> u64 {
@@ -131,7 +139,7 @@ fn section_main(args: &[String]) {
         let work = async {
             let db = sink::connect(port.parse().unwrap()).await.ok()?;
             sink::write(&db, &lock, &holder, token, now_ns()).await.ok()?;
-            let ms = rand::rng().random_range(300..900);
+            let ms = work_ms(300..900);
             tokio::time::sleep(Duration::from_millis(ms)).await;
             sink::write(&db, &lock, &holder, token, now_ns()).await.ok()
         };
@@ -173,6 +181,14 @@ struct World {
     harness_errors: Mutex<Vec<String>>,
     plant: bool,
     seq: AtomicU64,
+    /// The API server's address (`127.0.0.1:PORT`), for the cut points.
+    apiserver: String,
+    /// The client configuration the library holders start from.
+    config: Config,
+    /// A cut point per holder slot (`cli-l0-1`, `lib-l0-0`): `true` cuts it off.
+    cuts: Mutex<BTreeMap<String, tokio::sync::watch::Sender<bool>>>,
+    /// Library holder slots inside their critical section now.
+    holding: Mutex<BTreeSet<String>>,
 }
 
 struct Operator {
@@ -211,7 +227,8 @@ async fn run(args: &Args) -> check::Report {
         export_value(&sh(&["bash", "e2e/harness/postgres.sh", "up", cluster]), "LEASEHOLD_PG_PORT").parse().unwrap();
     let kc = kube::config::Kubeconfig::read_from(&kubeconfig).unwrap();
     let cfg = Config::from_custom_kubeconfig(kc, &Default::default()).await.unwrap();
-    let client = Client::try_from(cfg).unwrap();
+    let apiserver = cfg.cluster_url.authority().expect("API server address").to_string();
+    let client = Client::try_from(cfg.clone()).unwrap();
     install_crds(&client).await;
     let ns = format!("chaos-{}-{}", args.seed, std::process::id());
     let nss: Api<Namespace> = Api::all(client.clone());
@@ -254,6 +271,10 @@ async fn run(args: &Args) -> check::Report {
         harness_errors: Mutex::default(),
         plant: args.plant,
         seq: AtomicU64::new(0),
+        apiserver,
+        config: cfg,
+        cuts: Mutex::default(),
+        holding: Mutex::default(),
     });
     let started = now_ns();
     println!(
@@ -382,12 +403,16 @@ async fn supervise_operators(w: Arc<World>) {
 
 /// A library holder: acquire, write, work, write, release; again.
 async fn library_worker(w: Arc<World>, lock: String, i: usize) {
+    let slot = format!("lib-{lock}-{i}");
+    let mut config = w.config.clone();
+    config.cluster_url = format!("https://127.0.0.1:{}", cut_point(&w, &slot).await).parse().unwrap();
+    let client = Client::try_from(config).unwrap();
     let mut n = 0;
     while !w.stopping.load(Ordering::SeqCst) {
         n += 1;
-        let id = format!("lib-{lock}-{i}-{n}");
+        let id = format!("{slot}-{n}");
         w.waiting.lock().unwrap().insert(id.clone(), lock.clone());
-        let holder = Holder::new(w.client.clone(), &w.ns, &lock, &id);
+        let holder = Holder::new(client.clone(), &w.ns, &lock, &id);
         let result = holder.acquire(Some(Duration::from_secs(60))).await;
         w.waiting.lock().unwrap().remove(&id);
         let guard = match result {
@@ -403,12 +428,13 @@ async fn library_worker(w: Arc<World>, lock: String, i: usize) {
         };
         let token = guard.token();
         let start = now_ns();
+        w.holding.lock().unwrap().insert(slot.clone());
         let db = sink::connect(w.pg_port).await.ok();
         let work = async {
             if let Some(db) = &db {
                 let _ = sink::write(db, &lock, &id, token, now_ns()).await;
             }
-            let ms = rand::rng().random_range(100..300);
+            let ms = work_ms(100..300);
             tokio::time::sleep(Duration::from_millis(ms)).await;
             if let Some(db) = &db {
                 let _ = sink::write(db, &lock, &id, token, now_ns()).await;
@@ -419,6 +445,7 @@ async fn library_worker(w: Arc<World>, lock: String, i: usize) {
             _ = guard.lost() => {}
         }
         let mut end = now_ns();
+        w.holding.lock().unwrap().remove(&slot);
         let planted = w.plant && lock == "l0" && i == 0;
         let _ = guard.release().await;
         if planted {
@@ -435,10 +462,15 @@ async fn library_worker(w: Arc<World>, lock: String, i: usize) {
 
 /// A `leasehold lock` holder running the section process; again.
 async fn cli_worker(w: Arc<World>, lock: String, i: usize) {
+    let slot = format!("cli-{lock}-{i}");
+    let port = cut_point(&w, &slot).await;
+    let kubeconfig = w.out.join(format!("kubeconfig-{slot}"));
+    let text = std::fs::read_to_string(&w.kubeconfig).unwrap();
+    std::fs::write(&kubeconfig, text.replace(&w.apiserver, &format!("127.0.0.1:{port}"))).unwrap();
     let mut n = 0;
     while !w.stopping.load(Ordering::SeqCst) {
         n += 1;
-        let id = format!("cli-{lock}-{i}-{n}");
+        let id = format!("{slot}-{n}");
         let exe = std::env::current_exe().unwrap();
         let (log, pids) = (w.out.join("sections.jsonl"), w.out.join("pids"));
         let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
@@ -449,7 +481,7 @@ async fn cli_worker(w: Arc<World>, lock: String, i: usize) {
             .arg(&log)
             .arg("--pids")
             .arg(&pids)
-            .env("KUBECONFIG", &w.kubeconfig)
+            .env("KUBECONFIG", &kubeconfig)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -482,6 +514,61 @@ async fn cli_worker(w: Arc<World>, lock: String, i: usize) {
         }
         if !was_waiting {
             tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+/// A cut point for one holder slot: a TCP relay on loopback between the holder and the API
+/// server, returning its port. While the slot's switch in `w.cuts` is on, the relay moves no byte
+/// either way and new connections wait: a partition, as the holder sees it (requests and
+/// watches hang, nothing is reset). When it heals, what was held back is delivered late, as TCP
+/// retransmission would deliver it (a late renewal or release then meets the resourceVersion
+/// precondition).
+async fn cut_point(w: &World, slot: &str) -> u16 {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("cut point");
+    let port = listener.local_addr().unwrap().port();
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    w.cuts.lock().unwrap().insert(slot.to_string(), tx);
+    let upstream = w.apiserver.clone();
+    tokio::spawn(async move {
+        while let Ok((down, _)) = listener.accept().await {
+            let (upstream, mut rx) = (upstream.clone(), rx.clone());
+            tokio::spawn(async move {
+                if rx.wait_for(|cut| !cut).await.is_err() {
+                    return;
+                }
+                let Ok(up) = tokio::net::TcpStream::connect(&upstream).await else { return };
+                let (down_r, down_w) = down.into_split();
+                let (up_r, up_w) = up.into_split();
+                tokio::join!(relay(down_r, up_w, rx.clone()), relay(up_r, down_w, rx));
+            });
+        }
+    });
+    port
+}
+
+/// Copies `from` to `to`, holding the bytes while the cut is on.
+async fn relay(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    mut cut: tokio::sync::watch::Receiver<bool>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        if cut.wait_for(|c| !c).await.is_err() {
+            return;
+        }
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => {
+                let _ = to.shutdown().await;
+                return;
+            }
+            Ok(n) => n,
+        };
+        // Read before the cut, delivered after it heals.
+        if cut.wait_for(|c| !c).await.is_err() || to.write_all(&buf[..n]).await.is_err() {
+            return;
         }
     }
 }
@@ -614,6 +701,7 @@ const FAULTS: &[(&str, u32)] = &[
     ("lease-delete", 3),
     ("lease-edit", 3),
     ("claim-delete", 3),
+    ("holder-cut", 4),
 ];
 
 /// Injects faults at random times (seeded: the same seed gives the same schedule of kinds,
@@ -648,7 +736,7 @@ async fn nemesis(w: Arc<World>, duration: Duration, seed: u64) {
         let hold = Duration::from_millis(match kind {
             "leader-pause" => (LEADER_LEASE_SECS + 2) * 1000 + rng.random_range(0..3000),
             "node-loss" => 45_000 + rng.random_range(0..5000),
-            "holder-pause" | "supervisor-pause" => (LEASE_SECS + 1) * 1000 + rng.random_range(0..2000),
+            "holder-pause" | "supervisor-pause" | "holder-cut" => (LEASE_SECS + 1) * 1000 + rng.random_range(0..2000),
             "etcd-pause" => rng.random_range(500..4000),
             _ => rng.random_range(200..3000),
         });
@@ -660,6 +748,11 @@ async fn nemesis(w: Arc<World>, duration: Duration, seed: u64) {
     for t in active {
         let _ = t.await;
     }
+}
+
+/// The worker slot of a holder identity: `cli-l0-1-17` -> `cli-l0-1`.
+fn slot_of(id: &str) -> String {
+    id.rsplit_once('-').map_or(id, |(slot, _)| slot).to_string()
 }
 
 fn pid_of(w: &World, component: &str) -> Option<i32> {
@@ -679,7 +772,9 @@ async fn leader(w: &World) -> Option<usize> {
 
 async fn inject(w: Arc<World>, kind: &'static str, hold: Duration, pick: usize) {
     use nix::sys::signal::Signal::{SIGCONT, SIGKILL, SIGSTOP};
-    let start = now_ns();
+    // When the fault takes effect (reset after a wait for a target: the window the checker
+    // excuses must not include that wait).
+    let mut start = now_ns();
     let mut target = String::from("-");
     match kind {
         "operator-kill" | "leader-pause" => {
@@ -754,6 +849,7 @@ async fn inject(w: Arc<World>, kind: &'static str, hold: Duration, pick: usize) 
             target = id.clone();
             let command: Option<i32> =
                 std::fs::read_to_string(w.out.join("pids").join(&id)).ok().and_then(|s| s.trim().parse().ok());
+            start = now_ns();
             signal(supervisor as i32, SIGSTOP);
             if kind == "holder-pause"
                 && let Some(c) = command
@@ -765,6 +861,35 @@ async fn inject(w: Arc<World>, kind: &'static str, hold: Duration, pick: usize) 
                 signal(-c, SIGCONT);
             }
             signal(supervisor as i32, SIGCONT);
+        }
+        "holder-cut" => {
+            // A holder inside its critical section now, if one comes within 15 s; else any slot
+            // (a waiter cut off).
+            let mut inside: Vec<String> = vec![];
+            for _ in 0..300 {
+                inside = w.holding.lock().unwrap().iter().cloned().collect();
+                let cli: Vec<String> = w.cli_pids.lock().unwrap().keys().cloned().collect();
+                inside.extend(cli.iter().filter(|id| w.out.join("pids").join(id).exists()).map(|id| slot_of(id)));
+                if !inside.is_empty() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            let switch = {
+                let cuts = w.cuts.lock().unwrap();
+                let slot = if inside.is_empty() {
+                    cuts.keys().nth(pick % cuts.len().max(1)).cloned()
+                } else {
+                    Some(inside[pick % inside.len()].clone())
+                };
+                slot.and_then(|s| cuts.get(&s).map(|tx| (s, tx.clone())))
+            };
+            let Some((slot, tx)) = switch else { return };
+            target = slot;
+            start = now_ns();
+            tx.send_replace(true);
+            tokio::time::sleep(hold).await;
+            tx.send_replace(false);
         }
         "lease-delete" | "lease-edit" => {
             let lock = &w.locks[pick % w.locks.len()];
