@@ -341,6 +341,10 @@ fn operator_container(d: &Deployment) -> Container {
     d.spec.template.spec.as_ref().unwrap().containers.iter().find(|c| c.name == "operator").unwrap().clone()
 }
 
+/// Suffixes of the ClusterRoles for the users of locks (docs/install.md, "RBAC: holders and
+/// users"): the holder role and the two aggregated into view / edit / admin.
+const USER_ROLES: [&str; 3] = ["holder", "view", "edit"];
+
 #[tokio::test]
 async fn chart_installs_upgrades_and_uninstalls() {
     let ns = TestNs::new("install").await;
@@ -405,6 +409,9 @@ async fn chart_installs_upgrades_and_uninstalls() {
     ns.api::<RoleBinding>().get(&format!("{full}-leader-election")).await.expect("leader-election RoleBinding");
     Api::<ClusterRole>::all(c.clone()).get(&full).await.expect("ClusterRole");
     Api::<ClusterRoleBinding>::all(c.clone()).get(&full).await.expect("ClusterRoleBinding");
+    for suffix in USER_ROLES {
+        Api::<ClusterRole>::all(c.clone()).get(&format!("{full}-{suffix}")).await.expect("user-facing ClusterRole");
+    }
     let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(c.clone());
     for suffix in ["pod-grants", "lease-grants"] {
         let b = bindings.get(&format!("{full}-{suffix}")).await.expect("policy binding");
@@ -466,6 +473,9 @@ async fn chart_installs_upgrades_and_uninstalls() {
     assert!(ns.api::<Service>().get_opt(&format!("{full}-metrics")).await.unwrap().is_none());
     assert!(ns.api::<Role>().get_opt(&format!("{full}-leader-election")).await.unwrap().is_none());
     assert!(Api::<ClusterRole>::all(c.clone()).get_opt(&full).await.unwrap().is_none());
+    for suffix in USER_ROLES {
+        assert!(Api::<ClusterRole>::all(c.clone()).get_opt(&format!("{full}-{suffix}")).await.unwrap().is_none());
+    }
     assert!(Api::<ClusterRoleBinding>::all(c.clone()).get_opt(&full).await.unwrap().is_none());
     let policies: Api<ValidatingAdmissionPolicy> = Api::all(c.clone());
     for suffix in ["pod-grants", "lease-grants"] {
@@ -498,6 +508,10 @@ async fn everything_the_chart_renders_is_accepted_by_the_api_server() {
             "serviceAccount.create=false",
             "--set",
             "serviceAccount.name=existing",
+            "--set",
+            "rbac.aggregateRoles=false",
+            "--set",
+            "rbac.holderRole=false",
         ],
         vec![
             "--set",

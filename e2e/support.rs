@@ -468,6 +468,11 @@ impl TestNs {
     /// Starts `leasehold lock <args>` in this namespace with the admin kubeconfig; `kubectl` is
     /// on its PATH.
     pub fn lock_process(&self, tag: &str, args: &[&str]) -> LockProcess {
+        self.lock_process_as(tag, &self.kubeconfig, args)
+    }
+
+    /// Like [`TestNs::lock_process`], authenticated by `kubeconfig` (another identity).
+    pub fn lock_process_as(&self, tag: &str, kubeconfig: &std::path::Path, args: &[&str]) -> LockProcess {
         use std::os::unix::process::CommandExt;
         let dir = repo().join("target/e2e-logs");
         std::fs::create_dir_all(&dir).unwrap();
@@ -479,7 +484,7 @@ impl TestNs {
             .arg("lock")
             .args(["--namespace", &self.ns])
             .args(args)
-            .env("KUBECONFIG", &self.kubeconfig)
+            .env("KUBECONFIG", kubeconfig)
             .env("PATH", path)
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())

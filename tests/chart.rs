@@ -1,5 +1,6 @@
 //! The Helm chart without a cluster: `helm lint` is clean, its CRDs are `crds/`, the plain
-//! manifests in `deploy/` are up to date, and docs/install.md lists exactly the ClusterRole's rules.
+//! manifests in `deploy/` are up to date, and docs/install.md lists exactly the rules of the
+//! operator's ClusterRole and of the roles for holders and users.
 //! (Installing, upgrading and validating against the API server: `e2e/install.rs`.)
 
 use std::collections::BTreeSet;
@@ -67,61 +68,121 @@ fn plain_manifests_are_up_to_date() {
     assert!(rendered == committed, "deploy/leasehold.yaml is stale: run `make manifests`");
 }
 
-/// (API group, resource, "verb, verb") of every rule of the chart's ClusterRole.
-fn cluster_role_rules() -> BTreeSet<(String, String, String)> {
-    let out = run(Command::new(helm()).args(["template", "t", "charts/leasehold", "-s", "templates/clusterrole.yaml"]));
-    let role: serde_yaml::Value = serde_yaml::from_str(&out).expect("ClusterRole YAML");
+/// [ClusterRole, API group, resource, "verb, verb"] of every rule of the ClusterRoles in
+/// `template`, rendered for the release `leasehold` (the names docs/install.md uses), one entry per
+/// group and resource. No wildcards, Secrets, `escalate`, `bind` or `impersonate`.
+fn cluster_role_rules(template: &str) -> BTreeSet<Vec<String>> {
+    use serde::Deserialize;
+    let out = run(Command::new(helm()).args(["template", "leasehold", "charts/leasehold", "-s", template]));
     let mut rules = BTreeSet::new();
-    for rule in role["rules"].as_sequence().expect("rules") {
-        let list = |key: &str| -> Vec<String> {
-            rule[key]
-                .as_sequence()
-                .unwrap_or_else(|| panic!("{key} in {rule:?}"))
-                .iter()
-                .map(|v| v.as_str().unwrap().to_string())
-                .collect()
-        };
-        let verbs = list("verbs");
-        for v in &verbs {
-            assert!(v != "*" && !["escalate", "bind", "impersonate"].contains(&v.as_str()), "verb {v} granted");
+    for doc in serde_yaml::Deserializer::from_str(&out) {
+        let role = serde_yaml::Value::deserialize(doc).expect("ClusterRole YAML");
+        if role.is_null() {
+            continue;
         }
-        for group in list("apiGroups") {
-            for resource in list("resources") {
-                assert!(group != "*" && resource != "*" && resource != "secrets", "{group}/{resource} granted");
-                rules.insert((group.clone(), resource, verbs.join(", ")));
+        assert_eq!(role["kind"].as_str(), Some("ClusterRole"), "{template}: {role:?}");
+        let name = role["metadata"]["name"].as_str().expect("name").to_string();
+        for rule in role["rules"].as_sequence().expect("rules") {
+            let list = |key: &str| -> Vec<String> {
+                rule[key]
+                    .as_sequence()
+                    .unwrap_or_else(|| panic!("{key} in {rule:?}"))
+                    .iter()
+                    .map(|v| v.as_str().unwrap().to_string())
+                    .collect()
+            };
+            let verbs = list("verbs");
+            for v in &verbs {
+                assert!(v != "*" && !["escalate", "bind", "impersonate"].contains(&v.as_str()), "verb {v} granted");
+            }
+            for group in list("apiGroups") {
+                for resource in list("resources") {
+                    assert!(group != "*" && resource != "*" && resource != "secrets", "{group}/{resource} granted");
+                    rules.insert(vec![name.clone(), group.clone(), resource, verbs.join(", ")]);
+                }
             }
         }
     }
     rules
 }
 
-/// The same triples from the table in docs/install.md.
-fn documented_rules() -> BTreeSet<(String, String, String)> {
+/// The rows of the table between `<!-- {marker}: begin -->` and `<!-- {marker}: end -->` in
+/// docs/install.md, each as its first `columns` cells without the backquotes.
+fn documented_rules(marker: &str, columns: usize) -> BTreeSet<Vec<String>> {
     let doc = std::fs::read_to_string(repo().join("docs/install.md")).unwrap();
-    let table =
-        doc.split("<!-- rbac-rules: begin -->").nth(1).unwrap().split("<!-- rbac-rules: end -->").next().unwrap();
+    let table = doc
+        .split(&format!("<!-- {marker}: begin -->"))
+        .nth(1)
+        .unwrap_or_else(|| panic!("no {marker} table in docs/install.md"))
+        .split(&format!("<!-- {marker}: end -->"))
+        .next()
+        .unwrap();
     table
         .lines()
         .filter(|l| l.starts_with("| `"))
         .map(|l| {
             let cells: Vec<&str> = l.split(" | ").map(|c| c.trim_matches(|ch| ch == '|' || ch == ' ')).collect();
-            let unquote = |s: &str| s.trim_matches('`').trim_matches('"').to_string();
-            (unquote(cells[0]), unquote(cells[1]), cells[2].to_string())
+            cells[..columns].iter().map(|c| c.trim_matches('`').trim_matches('"').to_string()).collect()
         })
         .collect()
 }
 
-#[test]
-fn docs_list_exactly_the_cluster_role_rules() {
-    let granted = cluster_role_rules();
-    let documented = documented_rules();
+#[track_caller]
+fn assert_same(table: &str, granted: BTreeSet<Vec<String>>, documented: BTreeSet<Vec<String>>) {
     assert!(!granted.is_empty());
     let missing: Vec<_> = granted.difference(&documented).collect();
     let stale: Vec<_> = documented.difference(&granted).collect();
     assert!(
         missing.is_empty() && stale.is_empty(),
-        "docs/install.md RBAC table: missing {missing:?}, not granted {stale:?}"
+        "docs/install.md {table} table: missing {missing:?}, not granted {stale:?}"
     );
+}
+
+/// Without the ClusterRole's name: the operator's and the holder's tables have one role each.
+fn without_role(rules: BTreeSet<Vec<String>>) -> BTreeSet<Vec<String>> {
+    rules.into_iter().map(|r| r[1..].to_vec()).collect()
+}
+
+#[test]
+fn docs_list_exactly_the_cluster_role_rules() {
+    let granted = without_role(cluster_role_rules("templates/clusterrole.yaml"));
+    assert_same("rbac-rules", granted, documented_rules("rbac-rules", 3));
+}
+
+/// The roles for holders and users (docs/install.md, "RBAC: holders and users"): documented
+/// rule by rule, and none of them writes (or reads) a status subresource, which is the operator's.
+#[test]
+fn docs_list_exactly_the_holder_and_aggregated_role_rules() {
+    let holder = cluster_role_rules("templates/holder-clusterrole.yaml");
+    let aggregated = cluster_role_rules("templates/aggregated-clusterroles.yaml");
+    for rule in holder.iter().chain(&aggregated) {
+        assert!(!rule[2].contains('/'), "{} grants a subresource: {rule:?}", rule[0]);
+    }
+    assert_eq!(holder.iter().map(|r| r[0].as_str()).collect::<BTreeSet<_>>(), BTreeSet::from(["leasehold-holder"]));
+    assert_same("holder-rules", without_role(holder), documented_rules("holder-rules", 3));
+    assert_same("aggregated-rules", aggregated, documented_rules("aggregated-rules", 4));
+}
+
+/// `rbac.holderRole` and `rbac.aggregateRoles` (default on) each leave out their roles.
+#[test]
+fn the_holder_and_aggregated_roles_can_be_turned_off() {
+    let cluster_roles = |extra: &[&str]| -> BTreeSet<String> {
+        use serde::Deserialize;
+        let mut args = vec!["template", "leasehold", "charts/leasehold"];
+        args.extend(extra);
+        let out = run(Command::new(helm()).args(&args));
+        serde_yaml::Deserializer::from_str(&out)
+            .map(|d| serde_yaml::Value::deserialize(d).unwrap())
+            .filter(|v| v["kind"].as_str() == Some("ClusterRole"))
+            .map(|v| v["metadata"]["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let all = ["leasehold", "leasehold-edit", "leasehold-holder", "leasehold-view"].map(String::from);
+    assert_eq!(cluster_roles(&[]), BTreeSet::from(all.clone()));
+    let no_holder = cluster_roles(&["--set", "rbac.holderRole=false"]);
+    assert_eq!(no_holder, BTreeSet::from(["leasehold", "leasehold-edit", "leasehold-view"].map(String::from)));
+    let no_aggregated = cluster_roles(&["--set", "rbac.aggregateRoles=false"]);
+    assert_eq!(no_aggregated, BTreeSet::from(["leasehold", "leasehold-holder"].map(String::from)));
 }
 
 /// The claim injection needs MutatingAdmissionPolicy v1 (Kubernetes 1.36): on an older cluster the

@@ -1,0 +1,237 @@
+//! Permissions that work out of the box (issue 13), with real tokens against the real API
+//! server's RBAC: the chart's holder ClusterRole, bound by a RoleBinding, is all an ordinary
+//! ServiceAccount needs to hold a lock with `leasehold lock` and with the library's `Holder`, and
+//! it grants nothing a holder does not use; the ClusterRoles the chart aggregates into the
+//! built-in `view`, `edit` and `admin` give those roles' users locks.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::rbac::v1::ClusterRole;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use leasehold::crd::{DistributedLock, DistributedLockClaim};
+use leasehold::holder::Holder;
+use serde_json::json;
+
+use crate::install::{Release, client_for, create_token, token_kubeconfig};
+use crate::support::{TestNs, WAIT, wait_until};
+
+/// Creates ServiceAccount `name` in the test namespace, bound there (RoleBinding) to the
+/// ClusterRole `role` and to nothing else (`None`: not bound at all); returns a kubeconfig that
+/// authenticates as it with a fresh token.
+fn service_account(ns: &TestNs, name: &str, role: Option<&str>) -> PathBuf {
+    ns.kubectl(&["create", "serviceaccount", name]);
+    if let Some(role) = role {
+        let sa = format!("--serviceaccount={}:{name}", ns.ns);
+        ns.kubectl(&["create", "rolebinding", name, &format!("--clusterrole={role}"), &sa]);
+    }
+    token_kubeconfig(ns, name, &create_token(ns, name, None))
+}
+
+/// The user name the API server gives ServiceAccount `name` of the test namespace.
+fn user_of(ns: &TestNs, name: &str) -> String {
+    format!("system:serviceaccount:{}:{name}", ns.ns)
+}
+
+/// Asserts that RBAC refused `r` (403, "cannot <verb> resource \"<resource>\""): the
+/// authorizer, not an admission policy, said no.
+#[track_caller]
+fn assert_rbac_denied<T: std::fmt::Debug>(r: Result<T, kube::Error>, verb: &str, resource: &str) {
+    match r {
+        Err(kube::Error::Api(s)) => {
+            assert_eq!(s.code, 403, "expected 403 Forbidden: {}", s.message);
+            let words = format!("cannot {verb} resource \"{resource}\"");
+            assert!(s.message.contains(&words), "refused, but not by RBAC for {words:?}: {}", s.message);
+        }
+        other => panic!("expected RBAC to refuse {verb} {resource}, got {other:?}"),
+    }
+}
+
+fn lock_object(name: &str) -> DistributedLock {
+    serde_json::from_value(json!({
+        "apiVersion": "leasehold.dev/v1alpha1", "kind": "DistributedLock",
+        "metadata": {"name": name}, "spec": {},
+    }))
+    .unwrap()
+}
+
+fn claim_object(name: &str, lock: &str, identity: &str) -> DistributedLockClaim {
+    serde_json::from_value(json!({
+        "apiVersion": "leasehold.dev/v1alpha1", "kind": "DistributedLockClaim",
+        "metadata": {"name": name}, "spec": {"lock": lock, "identity": identity},
+    }))
+    .unwrap()
+}
+
+async fn lease_holder(ns: &TestNs, lock: &str) -> Option<String> {
+    ns.api::<Lease>().get_opt(lock).await.ok().flatten().and_then(|l| l.spec?.holder_identity)
+}
+
+/// Waits until the lock is free and no claim is left in the namespace: the holder released.
+async fn wait_released(ns: &TestNs, lock: &str) {
+    let claims = ns.api::<DistributedLockClaim>();
+    wait_until(&format!("{lock} released and no claim left"), WAIT, || async {
+        lease_holder(ns, lock).await.is_none()
+            && claims.list(&ListParams::default()).await.is_ok_and(|l| l.items.is_empty())
+    })
+    .await;
+}
+
+/// `leasehold lock` and the library's `Holder`, as a ServiceAccount whose only permission is a
+/// RoleBinding to the chart's holder ClusterRole: both acquire, renew and release (with the
+/// tamper-protection policies in force, under the default identity, the user name); everything
+/// a holder does not need is refused by RBAC. Fails without the holder role.
+#[tokio::test]
+async fn a_service_account_bound_only_to_the_holder_role_holds_locks() {
+    let mut ns = TestNs::new("holderrole").await;
+    let release = Release::install(&ns, &["--set", "replicaCount=1"]);
+    let holder_role = format!("{}-holder", release.fullname());
+    ns.create_lock("l", json!({})).await;
+    ns.start_operator(&[]);
+
+    // Issue 13: with no binding, `leasehold lock` gets 403 and exits 1.
+    let unbound = service_account(&ns, "unbound", None);
+    let mut p = ns.lock_process_as("unbound", &unbound, &["l", "--", "true"]);
+    assert_eq!(p.wait_exit().await, 1, "log:\n{}", p.output());
+    assert!(p.output().contains("forbidden"), "{}", p.output());
+
+    let kc = service_account(&ns, "runner", Some(&holder_role));
+    let runner = client_for(&kc).await;
+    let user = user_of(&ns, "runner");
+    let locks: Api<DistributedLock> = Api::namespaced(runner.clone(), &ns.ns);
+    // (The API server's RBAC authorizer learns of a new RoleBinding through an informer.)
+    wait_until(&format!("runner may get lock l (RoleBinding to {holder_role})"), WAIT, || async {
+        locks.get("l").await.is_ok()
+    })
+    .await;
+
+    // (a) `leasehold lock`: acquires, runs the command past a renewal (retry period 2 s), exits
+    // with its status, releases.
+    let script = "echo token=$LEASEHOLD_FENCING_TOKEN holder=$LEASEHOLD_HOLDER; sleep 3";
+    let mut p = ns.lock_process_as("runner", &kc, &["l", "--", "sh", "-c", script]);
+    assert_eq!(p.wait_exit().await, 0, "log:\n{}", p.output());
+    let out = p.output();
+    assert!(out.contains(&format!("token=1 holder={user}")), "{out}");
+    for bad in ["forbidden", "renewal failed", "release failed"] {
+        assert!(!out.contains(bad), "{bad}:\n{out}");
+    }
+    wait_released(&ns, "l").await;
+
+    // (b) The library: acquire, a background renewal, a try_acquire that finds the lock busy
+    // (claim rejected, then cancelled), release.
+    let guard = Holder::new(runner.clone(), &ns.ns, "l", &user).acquire(Some(WAIT)).await.expect("Holder::acquire");
+    assert_eq!(guard.token(), 2);
+    assert_eq!(lease_holder(&ns, "l").await.as_deref(), Some(user.as_str()));
+    let busy = Holder::new(runner.clone(), &ns.ns, "l", "someone-else").try_acquire().await.expect("try_acquire");
+    assert!(busy.is_none(), "the lock is held: try_acquire finds it busy");
+    let mut renewed = guard.last_renewal();
+    let renewal = tokio::time::timeout(Duration::from_secs(10), renewed.changed()).await;
+    assert!(renewal.is_ok_and(|r| r.is_ok()), "a renewal succeeded within 10 s");
+    assert!(!guard.is_lost());
+    guard.release().await.expect("release");
+    wait_released(&ns, "l").await;
+
+    // (c) Nothing beyond that: the Lease only by read and compare-and-swap, not patched,
+    // listed, created or deleted; locks not created, changed, deleted or listed; no claim status
+    // (it would grant itself); no pods.
+    let leases: Api<Lease> = Api::namespaced(runner.clone(), &ns.ns);
+    let pp = PatchParams::default();
+    let label = json!({"metadata": {"labels": {"team": "a"}}});
+    assert_rbac_denied(leases.patch("l", &pp, &Patch::Merge(&label)).await, "patch", "leases");
+    assert_rbac_denied(leases.list(&ListParams::default()).await, "list", "leases");
+    assert_rbac_denied(leases.delete("l", &DeleteParams::default()).await, "delete", "leases");
+    let plain: Lease = serde_json::from_value(json!({"metadata": {"name": "plain"}})).unwrap();
+    assert_rbac_denied(leases.create(&PostParams::default(), &plain).await, "create", "leases");
+    assert_rbac_denied(locks.create(&PostParams::default(), &lock_object("mine")).await, "create", "distributedlocks");
+    assert_rbac_denied(locks.patch("l", &pp, &Patch::Merge(&label)).await, "patch", "distributedlocks");
+    assert_rbac_denied(locks.delete("l", &DeleteParams::default()).await, "delete", "distributedlocks");
+    assert_rbac_denied(locks.list(&ListParams::default()).await, "list", "distributedlocks");
+    let claims: Api<DistributedLockClaim> = Api::namespaced(runner.clone(), &ns.ns);
+    claims.create(&PostParams::default(), &claim_object("self", "l", &user)).await.expect("a holder creates claims");
+    let grant = json!({"status": {"phase": "Granted", "token": 99}});
+    assert_rbac_denied(
+        claims.patch_status("self", &pp, &Patch::Merge(&grant)).await,
+        "patch",
+        "distributedlockclaims/status",
+    );
+    let pods: Api<Pod> = Api::namespaced(runner.clone(), &ns.ns);
+    assert_rbac_denied(pods.list(&ListParams::default()).await, "list", "pods");
+    drop(release);
+    ns.cleanup().await;
+}
+
+/// The chart's ClusterRoles aggregated into the built-in user-facing roles: `view` reads locks
+/// and claims and changes nothing; `edit` and `admin` create, change and delete locks, and
+/// `edit` holds one with the library. Fails without the aggregated roles.
+#[tokio::test]
+async fn the_builtin_view_edit_and_admin_roles_include_locks() {
+    let mut ns = TestNs::new("aggregate").await;
+    let release = Release::install(&ns, &["--set", "replicaCount=1"]);
+    let api = |c: &Client| -> (Api<DistributedLock>, Api<DistributedLockClaim>) {
+        (Api::namespaced(c.clone(), &ns.ns), Api::namespaced(c.clone(), &ns.ns))
+    };
+    let viewer = client_for(&service_account(&ns, "viewer", Some("view"))).await;
+    let editor = client_for(&service_account(&ns, "editor", Some("edit"))).await;
+    let admin = client_for(&service_account(&ns, "owner", Some("admin"))).await;
+    let (view_locks, view_claims) = api(&viewer);
+    let (edit_locks, _) = api(&editor);
+    let (admin_locks, _) = api(&admin);
+    let (pp, dry) = (PostParams::default(), PostParams { dry_run: true, ..PostParams::default() });
+
+    // kube-controller-manager aggregates the rules into edit and admin a moment after the install.
+    wait_until("edit may create locks (aggregated)", WAIT, || async {
+        edit_locks.create(&dry, &lock_object("by-editor")).await.is_ok()
+    })
+    .await;
+    edit_locks.create(&pp, &lock_object("by-editor")).await.expect("edit creates a lock");
+    let longer = json!({"spec": {"leaseDurationSeconds": 20}});
+    edit_locks.patch("by-editor", &PatchParams::default(), &Patch::Merge(&longer)).await.expect("edit changes a lock");
+    wait_until("admin may create locks (aggregated)", WAIT, || async {
+        admin_locks.create(&dry, &lock_object("by-admin")).await.is_ok()
+    })
+    .await;
+    admin_locks.create(&pp, &lock_object("by-admin")).await.expect("admin creates a lock");
+    admin_locks.delete("by-admin", &DeleteParams::default()).await.expect("admin deletes a lock");
+
+    // view: reads, changes nothing.
+    wait_until("view may list locks (aggregated)", WAIT, || async {
+        view_locks.list(&ListParams::default()).await.is_ok()
+    })
+    .await;
+    let listed = view_locks.list(&ListParams::default()).await.unwrap();
+    assert_eq!(listed.items.iter().map(|l| l.name_any()).collect::<Vec<_>>(), ["by-editor"]);
+    assert_eq!(view_locks.get("by-editor").await.expect("view gets a lock").spec.lease_duration_seconds, 20);
+    view_claims.list(&ListParams::default()).await.expect("view lists claims");
+    assert_rbac_denied(view_locks.create(&pp, &lock_object("by-viewer")).await, "create", "distributedlocks");
+    assert_rbac_denied(view_locks.delete("by-editor", &DeleteParams::default()).await, "delete", "distributedlocks");
+    let claim = claim_object("by-viewer", "by-editor", "viewer");
+    assert_rbac_denied(view_claims.create(&pp, &claim).await, "create", "distributedlockclaims");
+
+    // edit holds a lock (what a holder needs), but the lock's status stays the operator's.
+    ns.start_operator(&[]);
+    let user = user_of(&ns, "editor");
+    let guard = Holder::new(editor.clone(), &ns.ns, "by-editor", &user).acquire(Some(WAIT)).await.expect("edit holds");
+    guard.release().await.expect("edit releases");
+    let status = json!({"status": {"highestToken": 1000}});
+    assert_rbac_denied(
+        edit_locks.patch_status("by-editor", &PatchParams::default(), &Patch::Merge(&status)).await,
+        "patch",
+        "distributedlocks/status",
+    );
+    edit_locks.delete("by-editor", &DeleteParams::default()).await.expect("edit deletes a lock");
+
+    // Both roles carry the aggregation labels for the built-in roles they extend.
+    let roles: Api<ClusterRole> = Api::all(ns.client.clone());
+    for (suffix, into) in [("view", &["view", "edit", "admin"][..]), ("edit", &["edit", "admin"][..])] {
+        let role = roles.get(&format!("{}-{suffix}", release.fullname())).await.expect("aggregated ClusterRole");
+        for target in into {
+            let label = format!("rbac.authorization.k8s.io/aggregate-to-{target}");
+            assert_eq!(role.labels().get(&label).map(String::as_str), Some("true"), "{suffix} role: {label}");
+        }
+    }
+    drop(release);
+    ns.cleanup().await;
+}
