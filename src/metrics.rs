@@ -62,6 +62,7 @@ impl Metrics {
         r.register("grants", "Grants written to a Lease", m.grants.clone());
         r.register("releases", "Holders released, by reason", m.releases.clone());
         r.register("reclaims", "Holders taken back by a timeout, by reason", m.reclaims.clone());
+        r.register("rejections", "Waiters that gave up, by reason", m.rejections.clone());
         r.register("conflicts", "HTTP 409 answers to the operator's writes", m.conflicts.clone());
         r.register("reconcile_errors", "Failed reconciles, by reason", m.reconcile_errors.clone());
         r.register("locks_held", "Locks currently held", m.held.clone());
@@ -89,5 +90,39 @@ impl Metrics {
     /// Counts one reason in a family.
     pub fn inc(family: &Family<ReasonLabels, Counter>, reason: &str) {
         family.get_or_create(&ReasonLabels { reason: reason.to_string() }).inc();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every metric the code records is exported under the name its docstring gives.
+    #[test]
+    fn every_recorded_metric_is_exported() {
+        let mut registry = Registry::default();
+        let m = Metrics::new(&mut registry);
+        m.grants.inc();
+        m.conflicts.inc();
+        for family in [&m.releases, &m.reclaims, &m.rejections, &m.reconcile_errors] {
+            Metrics::inc(family, "Test");
+        }
+        m.set_lock_state("ns/l", Some((true, 2)));
+        m.handover.observe(0.01);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        for name in [
+            "leasehold_grants_total 1",
+            "leasehold_releases_total{reason=\"Test\"} 1",
+            "leasehold_reclaims_total{reason=\"Test\"} 1",
+            "leasehold_rejections_total{reason=\"Test\"} 1",
+            "leasehold_conflicts_total 1",
+            "leasehold_reconcile_errors_total{reason=\"Test\"} 1",
+            "leasehold_locks_held 1",
+            "leasehold_waiters 2",
+            "leasehold_handover_seconds_count 1",
+        ] {
+            assert!(text.contains(name), "{name} missing from:\n{text}");
+        }
     }
 }
