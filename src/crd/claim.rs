@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
     printcolumn = r#"{"name":"Token","type":"integer","jsonPath":".status.token"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("self == oldSelf").message("a claim's spec is immutable: delete it and create a new one"))]
 pub struct DistributedLockClaimSpec {
     /// Name of the `DistributedLock` (same namespace).
@@ -92,4 +92,23 @@ pub struct DistributedLockClaimStatus {
     /// When `phase` last changed (set with `Granted`, `Rejected` and `Expired`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_transition_time: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A claim written by a newer version (unknown spec and status fields) is still readable.
+    #[test]
+    fn fields_of_a_newer_version_are_ignored_when_reading() {
+        let claim: DistributedLockClaim = serde_json::from_value(serde_json::json!({
+            "apiVersion": "leasehold.dev/v1alpha1", "kind": "DistributedLockClaim",
+            "metadata": {"name": "c", "namespace": "ns"},
+            "spec": {"lock": "l", "identity": "me", "locks": ["l", "m"]},
+            "status": {"phase": "Granted", "token": 4, "tokens": {"m": 9}}
+        }))
+        .expect("a claim with unknown fields must be readable");
+        assert_eq!(claim.spec.identity, "me");
+        assert_eq!(claim.status.unwrap().token, Some(4));
+    }
 }

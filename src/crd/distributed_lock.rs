@@ -16,6 +16,12 @@ pub const DEFAULT_NODE_LOSS_TIMEOUT_SECONDS: i32 = 300;
 ///
 /// All durations are whole seconds. Limits are enforced by the API server through the CRD's
 /// OpenAPI schema and CEL rules, so a bad value is rejected at `kubectl apply` time.
+///
+/// Fields this version does not know are ignored when reading, not refused: an object written
+/// under a newer CRD (after an upgrade, then a rollback of the operator) must not stop an older
+/// operator from serving it. Misspelt fields are still caught at admission: the API server prunes
+/// unknown fields (structural schema), and `kubectl`'s default server-side field validation
+/// (`--validate=strict`) rejects them.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(
     group = "leasehold.dev",
@@ -31,7 +37,7 @@ pub const DEFAULT_NODE_LOSS_TIMEOUT_SECONDS: i32 = 300;
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status","priority":1}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("self.nodeLossTimeoutSeconds >= self.leaseDurationSeconds").message("nodeLossTimeoutSeconds must be at least leaseDurationSeconds: a holder's node cannot be declared lost faster than its lease could expire"))]
 pub struct DistributedLockSpec {
     /// Lease duration in seconds (1..=3600), written to the Lease's `spec.leaseDurationSeconds`.
@@ -122,4 +128,24 @@ pub struct HolderStatus {
     /// When the grant was written (the Lease's `acquireTime`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub since: Option<Time>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A field from a newer version is ignored, not an error, and the known fields are kept
+    /// (rollback after a CRD upgrade).
+    #[test]
+    fn fields_of_a_newer_version_are_ignored_when_reading() {
+        let lock: DistributedLock = serde_json::from_value(serde_json::json!({
+            "apiVersion": "leasehold.dev/v1alpha1", "kind": "DistributedLock",
+            "metadata": {"name": "l", "namespace": "ns"},
+            "spec": {"leaseDurationSeconds": 7, "maxHolders": 3},
+            "status": {"highestToken": 5, "holders": []}
+        }))
+        .expect("an object with unknown fields must be readable");
+        assert_eq!(lock.spec.lease_duration_seconds, 7);
+        assert_eq!(lock.status.unwrap().highest_token, 5);
+    }
 }
