@@ -16,12 +16,6 @@ pub const DEFAULT_NODE_LOSS_TIMEOUT_SECONDS: i32 = 300;
 ///
 /// All durations are whole seconds. Limits are enforced by the API server through the CRD's
 /// OpenAPI schema and CEL rules, so a bad value is rejected at `kubectl apply` time.
-///
-/// Fields this version does not know are ignored when reading, not refused: an object written
-/// under a newer CRD (after an upgrade, then a rollback of the operator) must not stop an older
-/// operator from serving it. Misspelt fields are still caught at admission: the API server prunes
-/// unknown fields (structural schema), and `kubectl`'s default server-side field validation
-/// (`--validate=strict`) rejects them.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(
     group = "leasehold.dev",
@@ -37,6 +31,11 @@ pub const DEFAULT_NODE_LOSS_TIMEOUT_SECONDS: i32 = 300;
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status","priority":1}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
+// No `deny_unknown_fields` (here and on the claim): fields this version does not know are
+// ignored when reading, not refused, so an object written under a newer CRD (an upgrade, then a
+// rollback of the operator) does not stop an older operator from serving it. Misspelt fields are
+// still caught at admission: the API server prunes unknown fields (structural schema) and
+// kubectl's default server-side field validation (`--validate=strict`) rejects them.
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("self.nodeLossTimeoutSeconds >= self.leaseDurationSeconds").message("nodeLossTimeoutSeconds must be at least leaseDurationSeconds: a holder's node cannot be declared lost faster than its lease could expire"))]
 pub struct DistributedLockSpec {
