@@ -98,6 +98,25 @@ async fn a_service_account_bound_only_to_the_holder_role_holds_locks() {
     assert_eq!(p.wait_exit().await, 1, "log:\n{}", p.output());
     assert!(p.output().contains("forbidden"), "{}", p.output());
 
+    // A role without list/watch on claims: the wait for the grant is refused, and the holder
+    // says so and exits instead of retrying the watch for ever.
+    ns.kubectl(&[
+        "create",
+        "role",
+        "nowatch",
+        "--verb=get,create,delete",
+        "--resource=distributedlocks.leasehold.dev,distributedlockclaims.leasehold.dev,leases.coordination.k8s.io",
+    ]);
+    let nowatch = service_account(&ns, "nowatch", None);
+    let sa = format!("--serviceaccount={}:nowatch", ns.ns);
+    ns.kubectl(&["create", "rolebinding", "nowatch", "--role=nowatch", &sa]);
+    let nowatch_locks: Api<DistributedLock> = Api::namespaced(client_for(&nowatch).await, &ns.ns);
+    wait_until("nowatch may get lock l", WAIT, || async { nowatch_locks.get("l").await.is_ok() }).await;
+    let mut p = ns.lock_process_as("nowatch", &nowatch, &["l", "--", "true"]);
+    assert_eq!(p.wait_exit().await, 1, "log:\n{}", p.output());
+    assert!(p.output().contains("watch DistributedLockClaim failed"), "{}", p.output());
+    assert!(p.output().contains("forbidden"), "{}", p.output());
+
     let kc = service_account(&ns, "runner", Some(&holder_role));
     let runner = client_for(&kc).await;
     let user = user_of(&ns, "runner");

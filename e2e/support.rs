@@ -499,17 +499,19 @@ impl TestNs {
 
 static POSTGRES: std::sync::OnceLock<u16> = std::sync::OnceLock::new();
 
-/// Starts (or reuses) the throwaway PostgreSQL server `e2e/harness/postgres.sh up e2e`; returns
+/// Starts (or reuses) the throwaway PostgreSQL server `e2e/harness/postgres.sh up <cluster>` (the
+/// control plane's name, `e2e` unless `KUBECONFIG` names another of ours); returns
 /// its port on 127.0.0.1 (user `postgres`, trust auth).
 pub fn postgres_port() -> u16 {
     *POSTGRES.get_or_init(|| {
+        let name = cluster_name();
         let out = Command::new("bash")
             .arg(repo().join("e2e/harness/postgres.sh"))
-            .args(["up", "e2e"])
+            .args(["up", &name])
             .stderr(Stdio::inherit())
             .output()
             .expect("run postgres.sh");
-        assert!(out.status.success(), "e2e/harness/postgres.sh up e2e failed");
+        assert!(out.status.success(), "e2e/harness/postgres.sh up {name} failed");
         let stdout = String::from_utf8_lossy(&out.stdout);
         let line = stdout.lines().rev().find(|l| l.starts_with("export LEASEHOLD_PG_PORT=")).expect("port line");
         line.trim_start_matches("export LEASEHOLD_PG_PORT=").trim().parse().expect("port")

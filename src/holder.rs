@@ -96,6 +96,11 @@ pub enum HolderError {
     ClaimDeleted(String),
 }
 
+/// Whether the API server answered 403 Forbidden (RBAC or an admission policy said no).
+fn is_forbidden(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 403)
+}
+
 fn kube_err(op: &'static str) -> impl FnOnce(kube::Error) -> HolderError {
     move |source| HolderError::Kube { op, source }
 }
@@ -251,6 +256,10 @@ impl Holder {
         while let Some(ev) = events.next().await {
             let ev = match ev {
                 Ok(ev) => ev,
+                Err(watcher::Error::InitialListFailed(e) | watcher::Error::WatchStartFailed(e)) if is_forbidden(&e) => {
+                    // Retrying cannot help: RBAC says no (list/watch on distributedlockclaims).
+                    return Err(HolderError::Kube { op: "watch DistributedLockClaim", source: e });
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "claim watch error (retrying)");
                     continue;

@@ -43,10 +43,26 @@ pub async fn run(args: LockArgs) -> i32 {
     match run_inner(args).await {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("leasehold lock: {e:#}");
+            eprintln!("leasehold lock: {}", error_text(&e));
             EXIT_ERROR
         }
     }
+}
+
+/// The error and its causes, `: `-separated, leaving out a cause whose text the message before
+/// it already contains (errors that print their source, as most here do, would repeat it).
+fn error_text(e: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in e.chain() {
+        let part = cause.to_string();
+        if !text.contains(&part) {
+            if !text.is_empty() {
+                text.push_str(": ");
+            }
+            text.push_str(&part);
+        }
+    }
+    text
 }
 
 async fn run_inner(args: LockArgs) -> anyhow::Result<i32> {
@@ -292,6 +308,15 @@ async fn default_identity(client: &kube::Client) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_error_that_prints_its_source_is_not_repeated() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("renew Lease failed: {0}")]
+        struct Outer(#[source] std::io::Error);
+        let e = anyhow::Error::new(Outer(std::io::Error::other("forbidden"))).context("lock l");
+        assert_eq!(error_text(&e), "lock l: renew Lease failed: forbidden");
+    }
 
     fn secs(s: u64) -> Duration {
         Duration::from_secs(s)
