@@ -311,12 +311,12 @@ pub(crate) fn assert_allowed<T>(r: Result<T, kube::Error>, what: &str) -> T {
     }
 }
 
-/// Waits until both policies of a release report their type check, and returns its warnings
+/// Waits until the ValidatingAdmissionPolicies of a release report their type check, and returns its warnings
 /// (none expected: every CEL expression type-checks against the real schemas).
 async fn policy_type_warnings(client: &Client, release: &Release) -> Vec<String> {
     let api: Api<ValidatingAdmissionPolicy> = Api::all(client.clone());
     let mut warnings = vec![];
-    for suffix in ["pod-grants", "lease-grants"] {
+    for suffix in ["pod-grants", "lease-grants", "claim-values", "gated-pods"] {
         let name = format!("{}-{suffix}", release.fullname());
         wait_until(&format!("type check of {name}"), WAIT, || async {
             api.get(&name).await.ok().is_some_and(|p| {
@@ -413,7 +413,7 @@ async fn chart_installs_upgrades_and_uninstalls() {
         Api::<ClusterRole>::all(c.clone()).get(&format!("{full}-{suffix}")).await.expect("user-facing ClusterRole");
     }
     let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(c.clone());
-    for suffix in ["pod-grants", "lease-grants"] {
+    for suffix in ["pod-grants", "lease-grants", "claim-values", "gated-pods"] {
         let b = bindings.get(&format!("{full}-{suffix}")).await.expect("policy binding");
         assert_eq!(b.spec.validation_actions, ["Deny"]);
     }
@@ -478,7 +478,7 @@ async fn chart_installs_upgrades_and_uninstalls() {
     }
     assert!(Api::<ClusterRoleBinding>::all(c.clone()).get_opt(&full).await.unwrap().is_none());
     let policies: Api<ValidatingAdmissionPolicy> = Api::all(c.clone());
-    for suffix in ["pod-grants", "lease-grants"] {
+    for suffix in ["pod-grants", "lease-grants", "claim-values", "gated-pods"] {
         assert!(policies.get_opt(&format!("{full}-{suffix}")).await.unwrap().is_none());
         assert!(bindings.get_opt(&format!("{full}-{suffix}")).await.unwrap().is_none());
     }
@@ -1171,4 +1171,84 @@ fn bare_claim_pod(name: &str, lock: &str) -> Pod {
         "spec": {"terminationGracePeriodSeconds": 1, "containers": [{"name": "main", "image": "busybox"}]},
     }))
     .unwrap()
+}
+
+/// Misconfiguration is refused at admission (issue 13), by the chart's claim-values and
+/// gated-pods policies, with a message that says what is accepted: a malformed
+/// `leasehold.dev/on-busy` or `leasehold.dev/max-wait` on a pod, a Deployment, a StatefulSet or a
+/// CronJob, and a pod with the lock's scheduling gate but no lock annotation. Well-formed values
+/// are admitted, and so is an update that leaves a value as it was.
+#[tokio::test]
+async fn malformed_claim_annotations_and_a_gate_without_a_lock_are_refused_at_admission() {
+    let ns = TestNs::new("claimvalues").await;
+    let release = Release::install(&ns, &["--set", "replicaCount=1"]);
+    let (claim_values, gated_pods) =
+        (format!("{}-claim-values", release.fullname()), format!("{}-gated-pods", release.fullname()));
+    let pods = ns.api::<Pod>();
+    let dry = PostParams { dry_run: true, ..PostParams::default() };
+    let pod = |name: &str, ann: serde_json::Value, gated: bool| -> Pod {
+        let gates = if gated { json!([{"name": "leasehold.dev/lock"}]) } else { json!([]) };
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "annotations": ann},
+            "spec": {"schedulingGates": gates, "containers": [{"name": "main", "image": "busybox"}]},
+        }))
+        .unwrap()
+    };
+    // Reason Invalid: 422, with the policy's name and message.
+    let refused = |r: Result<Pod, kube::Error>, policy: &str| match r {
+        Err(kube::Error::Api(s)) if s.code == 422 && s.message.contains(policy) => Some(s.message),
+        _ => None,
+    };
+    // The API server loads the policies through an informer: wait until both refuse a dry run.
+    wait_until("claim-values and gated-pods in force", WAIT, || async {
+        let bad = pod("probe", json!({"leasehold.dev/lock": "l", "leasehold.dev/on-busy": "x"}), false);
+        let ungated = pod("probe", json!({}), true);
+        refused(pods.create(&dry, &bad).await, &claim_values).is_some()
+            && refused(pods.create(&dry, &ungated).await, &gated_pods).is_some()
+    })
+    .await;
+
+    let bad_on_busy = pod("a", json!({"leasehold.dev/lock": "l", "leasehold.dev/on-busy": "later"}), false);
+    let m = refused(pods.create(&dry, &bad_on_busy).await, &claim_values).expect("on-busy: later refused");
+    assert!(m.contains(r#"leasehold.dev/on-busy must be "wait""#) && m.contains(r#"got "later""#), "{m}");
+    let bad_max_wait = pod("b", json!({"leasehold.dev/lock": "l", "leasehold.dev/max-wait": "banana"}), false);
+    let m = refused(pods.create(&dry, &bad_max_wait).await, &claim_values).expect("max-wait: banana refused");
+    assert!(m.contains("leasehold.dev/max-wait must be a positive duration") && m.contains(r#"got "banana""#), "{m}");
+    let zero = pod("c", json!({"leasehold.dev/lock": "l", "leasehold.dev/max-wait": "0s"}), false);
+    assert!(refused(pods.create(&dry, &zero).await, &claim_values).is_some(), "max-wait 0s refused");
+    let no_lock = pod("d", json!({"leasehold.dev/on-busy": "skip"}), true);
+    let m = refused(pods.create(&dry, &no_lock).await, &gated_pods).expect("a gate without a lock refused");
+    assert!(m.contains("needs the annotation leasehold.dev/lock"), "{m}");
+
+    // The same on the workloads the claim injection reads.
+    let dep: Deployment = serde_json::from_value(json!({
+        "metadata": {"name": "web", "annotations": {"leasehold.dev/singleton": "true", "leasehold.dev/max-wait": "10 parsecs"}},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
+                 "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}}},
+    }))
+    .unwrap();
+    match ns.api::<Deployment>().create(&dry, &dep).await {
+        Err(kube::Error::Api(s)) if s.code == 422 && s.message.contains(&claim_values) => {}
+        other => panic!("a Deployment with max-wait 10 parsecs: expected 422 from {claim_values}, got {other:?}"),
+    }
+    let mut cj = singleton_cronjob("nightly", "1s");
+    cj.metadata.annotations.get_or_insert_default().insert("leasehold.dev/on-busy".into(), "SKIPP".into());
+    match ns.api::<CronJob>().create(&dry, &cj).await {
+        Err(kube::Error::Api(s)) if s.code == 422 && s.message.contains(r#"got "SKIPP""#) => {}
+        other => panic!("a CronJob with on-busy SKIPP: expected 422, got {other:?}"),
+    }
+
+    // Well-formed values are admitted (any case, spaces, humantime spans), and an update that
+    // does not touch them is not checked again.
+    let good = pod("good", json!({"leasehold.dev/lock": "l", "leasehold.dev/on-busy": " Skip ", "leasehold.dev/max-wait": "1h 30m"}), true);
+    assert_allowed(pods.create(&PostParams::default(), &good).await, "well-formed claim annotations");
+    let label = json!({"metadata": {"labels": {"team": "a"}}});
+    assert_allowed(pods.patch("good", &PatchParams::default(), &Patch::Merge(&label)).await, "an unrelated update");
+    let worse = json!({"metadata": {"annotations": {"leasehold.dev/max-wait": "soon"}}});
+    match pods.patch("good", &PatchParams::default(), &Patch::Merge(&worse)).await {
+        Err(kube::Error::Api(s)) if s.code == 422 && s.message.contains(&claim_values) => {}
+        other => panic!("changing max-wait to soon: expected 422, got {other:?}"),
+    }
+    drop(release);
+    ns.cleanup().await;
 }

@@ -208,3 +208,25 @@ fn claim_injection_refuses_clusters_older_than_1_36_and_can_be_turned_off() {
     let on = run(Command::new(helm()).args(["template", "t", "charts/leasehold"]));
     assert_eq!(on.matches("kind: MutatingAdmissionPolicy\n").count(), 3, "workload, cronjob and pod policies");
 }
+
+/// The admission policy refuses exactly the `leasehold.dev/max-wait` values the operator's
+/// parser refuses (`lock::policy::parse_max_wait`, humantime), on a table of values: the pattern
+/// in the chart (RE2, `_helpers.tpl`) and a non-zero digit, as the policy evaluates them.
+#[test]
+fn max_wait_admission_pattern_matches_the_operators_parser() {
+    let helpers = std::fs::read_to_string(repo().join("charts/leasehold/templates/_helpers.tpl")).unwrap();
+    let define = helpers.split(r#"{{- define "leasehold.maxWaitPattern" -}}"#).nth(1).expect("define");
+    let pattern = define.split("{{- end -}}").next().unwrap().trim();
+    let re = regex::Regex::new(pattern).expect("the pattern compiles");
+    let nonzero = regex::Regex::new("[1-9]").unwrap();
+    let values = [
+        "90s", "10m", "1h30m", "1h 30m", " 5m ", "2 hours", "1.5h", "300ms", "1d", "2weeks", "3M", "1y", "10 min",
+        "", " ", "0s", "00m", "banana", "10", "-5m", "5 m 3", "1h30", "10S", "5 parsecs", "1,5h", "m", "1e3s",
+        "0.0s", "5sec", "5secs", "µs", "7µs",
+    ];
+    for v in values {
+        let admitted = re.is_match(v) && nonzero.is_match(v);
+        let parsed = leasehold::lock::policy::parse_max_wait(Some(v)).is_ok();
+        assert_eq!(admitted, parsed, "max-wait {v:?}: admission {admitted}, operator {parsed}");
+    }
+}

@@ -62,3 +62,11 @@ let remove the scheduling gate, set fencing tokens, and change a lock Lease's ho
 {{- define "leasehold.celExempt" -}}
 request.userInfo.username == {{ include "leasehold.operatorUsername" . | squote }} || request.userInfo.groups.exists(g, g in [{{ range $i, $g := .Values.admissionPolicies.exemptGroups }}{{ if $i }}, {{ end }}{{ $g | squote }}{{ end }}])
 {{- end -}}
+
+{{/* RE2 (CEL matches): a leasehold.dev/max-wait value in humantime's grammar, the parser the
+operator uses (src/lock/policy.rs): spans of a number, a fraction allowed, and a unit. No
+backslash, so it can sit in a CEL string as it is. Kept equal to the parser by
+tests/chart.rs (max_wait_admission_pattern_matches_the_operators_parser). */}}
+{{- define "leasehold.maxWaitPattern" -}}
+^[[:space:]]*([0-9]+([.][0-9]+)?[[:space:]]*(nanos|nsec|ns|usec|us|µs|millis|msec|ms|seconds|second|secs|sec|s|minutes|minute|mins|min|m|hours|hour|hrs|hr|h|days|day|d|weeks|week|wks|wk|w|months|month|M|years|year|yrs|yr|y)[[:space:]]*)+$
+{{- end -}}
