@@ -418,10 +418,11 @@ async fn a_deposed_leader_resumed_after_a_pause_cannot_overwrite_the_new_leaders
     assert!(std::process::Command::new("kill").args(["-CONT", &pid.to_string()]).status().unwrap().success());
     ns.wait_operator_exit(a).await;
     let a_log = ns.operator_log(a);
-    assert!(a_log.contains("failpoint: resumed"), "{a_log}");
     // Two tasks race once a runs again: the reconcile sends its stale write, and the leader
-    // election notices the loss and exits the process. Either way nothing of a's may stand.
-    let after = &a_log[a_log.find("failpoint: resumed").unwrap()..];
+    // election notices the loss and exits the process (then the reconcile may not even log that
+    // it resumed: a CI run under load saw that). Either way nothing of a's may stand.
+    let stopped = a_log.find("failpoint hit").unwrap_or_else(|| panic!("a stopped at the failpoint:\n{a_log}"));
+    let after = &a_log[stopped..];
     let refused = after.contains("reconcile failed") && (after.contains("409") || after.contains("modified"));
     eprintln!("deposed leader: {}", if refused { "its stale write was refused (409)" } else { "exited first" });
     assert!(!after.contains("granted"), "a deposed leader's grant went through:\n{after}");
