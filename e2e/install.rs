@@ -1240,7 +1240,11 @@ async fn malformed_claim_annotations_and_a_gate_without_a_lock_are_refused_at_ad
 
     // Well-formed values are admitted (any case, spaces, humantime spans), and an update that
     // does not touch them is not checked again.
-    let good = pod("good", json!({"leasehold.dev/lock": "l", "leasehold.dev/on-busy": " Skip ", "leasehold.dev/max-wait": "1h 30m"}), true);
+    let good = pod(
+        "good",
+        json!({"leasehold.dev/lock": "l", "leasehold.dev/on-busy": " Skip ", "leasehold.dev/max-wait": "1h 30m"}),
+        true,
+    );
     assert_allowed(pods.create(&PostParams::default(), &good).await, "well-formed claim annotations");
     let label = json!({"metadata": {"labels": {"team": "a"}}});
     assert_allowed(pods.patch("good", &PatchParams::default(), &Patch::Merge(&label)).await, "an unrelated update");

@@ -272,3 +272,21 @@ async fn singleton_deployment_replacement_waits_and_rolling_update_deadlock_is_r
     assert!(log.overlaps.is_empty(), "{:?}", log.overlaps);
     ns.cleanup().await;
 }
+
+/// `examples/singleton-cronjob.yaml` works as it is (issue 13, first contact): applied into a
+/// namespace with the operator running, it gets its lock, and a manual run's pod is granted it
+/// with a fencing token.
+#[tokio::test]
+async fn the_singleton_cronjob_example_applies_as_it_is_and_its_runs_get_the_lock() {
+    let mut ns = TestNs::new("example").await;
+    ns.start_operator(&[]);
+    let example = crate::support::repo().join("examples/singleton-cronjob.yaml");
+    ns.kubectl(&["apply", "-f", example.to_str().unwrap()]);
+    wait_claimed(&ns, "nightly-report").await;
+    let lock = ns.api::<DistributedLock>().get("nightly-report").await.expect("lock created for the CronJob");
+    assert!(lock.owner_references().iter().any(|o| o.kind == "CronJob" && o.name == "nightly-report"));
+    ns.kubectl(&["create", "job", "first-run", "--from=cronjob/nightly-report"]);
+    let pod = wait_job_pod(&ns, "first-run", "granted", |p| !is_gated(p)).await;
+    assert_eq!(token_of(&pod), Some(1), "the first run holds token 1");
+    ns.cleanup().await;
+}

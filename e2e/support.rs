@@ -25,7 +25,7 @@ pub const WAIT: Duration = Duration::from_secs(60);
 
 static CLUSTER: OnceCell<PathBuf> = OnceCell::const_new();
 
-fn repo() -> PathBuf {
+pub(crate) fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
