@@ -2,8 +2,9 @@
 //! tokens, and hand the lock over when they finish.
 
 use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event;
-use kube::api::{ListParams, PostParams};
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use leasehold::crd::DistributedLock;
 use serde_json::json;
 
@@ -91,6 +92,37 @@ async fn status_shows_holder_and_ordered_waiters() {
     assert_eq!(s.observed_generation, lock.metadata.generation);
     let held = s.conditions.iter().find(|c| c.type_ == "Held").unwrap();
     assert_eq!((held.status.as_str(), held.reason.as_str()), ("True", "Granted"));
+
+    // Each waiter is told once what it waits for, who holds the lock, and its place.
+    let events = ns.api::<Event>();
+    let waiting = || async {
+        let list = events.list(&ListParams::default()).await.map(|l| l.items).unwrap_or_default();
+        list.into_iter().filter(|e| e.reason.as_deref() == Some("Waiting")).collect::<Vec<_>>()
+    };
+    wait_until("a Waiting event for b and for c", WAIT, || async { waiting().await.len() == 2 }).await;
+    // More reconciles (a's renewals of status, the next pod event) must not repeat them.
+    ns.api::<Pod>()
+        .patch("c", &PatchParams::default(), &Patch::Merge(&json!({"metadata": {"labels": {"poke": "1"}}})))
+        .await
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let told = waiting().await;
+    let note = |pod: &str| {
+        let e: Vec<_> =
+            told.iter().filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(pod)).collect();
+        assert_eq!(e.len(), 1, "one Waiting event for {pod}: {told:?}");
+        assert!(e[0].series.is_none(), "the Waiting event for {pod} was repeated: {:?}", e[0].series);
+        e[0].note.clone().unwrap_or_default()
+    };
+    let token = holder.token;
+    assert_eq!(
+        note("b"),
+        format!("waiting for lock l, held by a with fencing token {token}: place 1 of 1 in the queue")
+    );
+    assert_eq!(
+        note("c"),
+        format!("waiting for lock l, held by a with fencing token {token}: place 2 of 2 in the queue")
+    );
     ns.cleanup().await;
 }
 

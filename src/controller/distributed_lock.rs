@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::Action;
@@ -22,7 +22,7 @@ use crate::error::{Error, Result, call};
 use crate::lease;
 use crate::lock::fencing::parse_token;
 use crate::lock::grant::{
-    self, Candidate, Decision, Grant, HolderKind, Phase, Reject, RejectReason, Release, Settings,
+    self, Candidate, Decision, Grant, HolderKind, Phase, Reject, RejectReason, Release, Settings, queue_of,
 };
 use crate::lock::machine::{self, Snapshot};
 use crate::lock::policy;
@@ -214,6 +214,7 @@ pub async fn reconcile(lock: Arc<DistributedLock>, ctx: Arc<Context>) -> Result<
                 }
                 ctx.failures.lock().unwrap_or_else(|e| e.into_inner()).remove(&lock_uid);
                 write_status(&lock_api, &lock, lease_obj.as_ref(), &plan.holder, &plan.waiters, &ctx).await?;
+                announce_waiters(&ctx, &ns, &lock, plan.holder.as_ref(), &snapshot.candidates).await;
                 return Ok(match requeue_after {
                     Some(d) => Action::requeue(d + Duration::from_millis(50)),
                     None => Action::requeue(RESYNC),
@@ -488,6 +489,50 @@ async fn reject_waiter(
     let lock_note = format!("{}: {message}", r.name);
     ctx.event(&lock.object_ref(&()), EventType::Normal, r.reason.as_str(), lock_note, "Reject").await;
     Ok(waiter)
+}
+
+/// Tells each waiter, once, by a Normal Event `Waiting` on its pod or claim, what it waits for:
+/// the lock, who holds it with which token, and its place in the queue when it joined. Only while
+/// someone holds the lock (a waiter of a free lock is granted next). The place changes as the
+/// queue moves; `status.waiters` and `leasehold status` show the current order.
+async fn announce_waiters(
+    ctx: &Context,
+    ns: &str,
+    lock: &DistributedLock,
+    holder: Option<&Grant>,
+    candidates: &[Candidate],
+) {
+    let Some(holder) = holder else { return };
+    let queue: Vec<&Candidate> = queue_of(candidates).into_iter().filter(|c| c.uid != holder.uid).collect();
+    let fresh: Vec<(usize, &Candidate)> = {
+        let mut announced = ctx.announced.lock().unwrap_or_else(|e| e.into_inner());
+        let told = announced.entry(lock.uid().unwrap_or_default()).or_default();
+        told.retain(|uid| queue.iter().any(|c| c.uid == *uid));
+        queue.iter().enumerate().filter(|(_, c)| told.insert(c.uid.clone())).map(|(i, c)| (i, *c)).collect()
+    };
+    for (i, c) in fresh {
+        let (api_version, kind) = match c.kind {
+            HolderKind::Pod => ("v1".to_string(), "Pod"),
+            HolderKind::Claim => (DistributedLockClaim::api_version(&()).into_owned(), "DistributedLockClaim"),
+        };
+        let waiter = ObjectReference {
+            api_version: Some(api_version),
+            kind: Some(kind.into()),
+            name: Some(c.name.clone()),
+            namespace: Some(ns.to_string()),
+            uid: Some(c.uid.clone()),
+            ..Default::default()
+        };
+        let note = format!(
+            "waiting for lock {}, held by {} with fencing token {}: place {} of {} in the queue",
+            lock.name_any(),
+            holder.identity,
+            holder.token,
+            i + 1,
+            queue.len()
+        );
+        ctx.event(&waiter, EventType::Normal, "Waiting", note, "Wait").await;
+    }
 }
 
 /// Marks every claim of this lock that still shows `Granted` for a grant the Lease (`lease`, as

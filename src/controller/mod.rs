@@ -59,6 +59,9 @@ pub struct Context {
     pub clocks: Mutex<HashMap<String, crate::lock::machine::Clocks>>,
     /// Consecutive reconcile failures per lock UID, for the backoff; cleared on success.
     pub failures: Mutex<HashMap<String, u32>>,
+    /// Per lock UID, the UIDs of the waiters told by a `Waiting` Event that they queue (each
+    /// once, while it stays in the queue).
+    pub announced: Mutex<HashMap<String, std::collections::HashSet<String>>>,
     /// Origin of the monotonic time handed to [`crate::lock::machine::step`].
     pub started: Instant,
     /// Test-only crash point (`LEASEHOLD_FAILPOINT`), see [`Context::failpoint`].
@@ -317,6 +320,7 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
         clocks: Mutex::default(),
         started: Instant::now(),
         failures: Mutex::default(),
+        announced: Mutex::default(),
         failpoint: std::env::var("LEASEHOLD_FAILPOINT").ok(),
     });
 
