@@ -1256,3 +1256,104 @@ async fn malformed_claim_annotations_and_a_gate_without_a_lock_are_refused_at_ad
     drop(release);
     ns.cleanup().await;
 }
+
+/// Runs `leasehold <args>` with `kubeconfig`; returns the exit status and stdout + stderr.
+fn leasehold_cli(kubeconfig: &Path, args: &[&str]) -> (i32, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(args)
+        .env("KUBECONFIG", kubeconfig)
+        .output()
+        .expect("run leasehold");
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    (out.status.code().unwrap_or(-1), text)
+}
+
+/// The uninstall runbook of docs/install.md, followed to the end (issue 13: leaving is safe):
+/// with a singleton CronJob whose second run waits behind the first and a bare pod waiting for a
+/// lock that does not exist, `leasehold ungate` first only lists what it would change; while the
+/// chart's admission policies are installed it cannot ungate pods and says why; after `helm
+/// uninstall` it takes the claim out of the CronJob and ungates every waiting pod, and a run
+/// created afterwards is not gated. Nothing is left gated for ever.
+#[tokio::test]
+async fn the_uninstall_runbook_leaves_no_pod_gated() {
+    let mut ns = TestNs::new("uninstall").await;
+    let release = Release::install(&ns, &["--set", "replicaCount=1"]);
+    let cronjobs = ns.api::<CronJob>();
+    let dry = PostParams { dry_run: true, ..PostParams::default() };
+    wait_until("claim-injection policies in force", WAIT, || async {
+        cronjobs
+            .create(&dry, &singleton_cronjob("probe", "1s"))
+            .await
+            .is_ok_and(|c| template_claimed(&c.spec.job_template.spec.unwrap().template))
+    })
+    .await;
+    ns.start_operator(&[]);
+    cronjobs.create(&PostParams::default(), &singleton_cronjob("nightly", "600s")).await.unwrap();
+    ns.kubectl(&["create", "job", "run-0", "--from=cronjob/nightly"]);
+    let first = wait_job_pod(&ns, "run-0").await;
+    wait_pod(&ns, &first, "granted", |p| !is_gated(p)).await;
+    ns.kubectl(&["create", "job", "run-1", "--from=cronjob/nightly"]);
+    let second = wait_job_pod(&ns, "run-1").await;
+    ns.api::<Pod>().create(&PostParams::default(), &bare_claim_pod("orphan", "no-such-lock")).await.unwrap();
+    let pods = ns.api::<Pod>();
+    let gated = || async {
+        let list = pods.list(&ListParams::default()).await.unwrap().items;
+        let mut names: Vec<String> = list.iter().filter(|p| is_gated(p)).map(|p| p.name_any()).collect();
+        names.sort();
+        names
+    };
+    let mut waiting = vec![second.clone(), "orphan".to_string()];
+    waiting.sort();
+    wait_until("run-1's pod and the orphan wait at the gate", WAIT, || async { gated().await == waiting }).await;
+
+    // 1. Without --yes: a list, no change.
+    let admin = ns.kubeconfig.clone();
+    let (code, out) = leasehold_cli(&admin, &["ungate", "-n", &ns.ns]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("mutual exclusion ends"), "{out}");
+    assert!(out.contains(&format!("would take the claim out of CronJob {}/nightly", ns.ns)), "{out}");
+    assert!(out.contains(&format!("would remove the scheduling gate of pod {}/{second}", ns.ns)), "{out}");
+    assert!(out.contains("run again with --yes"), "{out}");
+    assert_eq!(gated().await, waiting, "nothing changed");
+
+    // 2. While the chart's policies are in force, only the operator (and the exempt groups, such
+    // as system:masters) may ungate: a namespace editor is refused, and told the way out.
+    ns.kubectl(&["create", "serviceaccount", "editor"]);
+    let sa = format!("--serviceaccount={}:editor", ns.ns);
+    ns.kubectl(&["create", "rolebinding", "editor", "--clusterrole=edit", &sa]);
+    let editor = token_kubeconfig(&ns, "editor", &create_token(&ns, "editor", None));
+    let editor_pods: Api<Pod> = Api::namespaced(client_for(&editor).await, &ns.ns);
+    wait_until("the editor may list pods", WAIT, || async { editor_pods.list(&ListParams::default()).await.is_ok() })
+        .await;
+    let (code, out) = leasehold_cli(&editor, &["ungate", "-n", &ns.ns, "--yes"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("uninstall the chart first"), "{out}");
+    assert_eq!(gated().await, waiting, "the admission policy kept the gates");
+
+    // 3. The runbook: helm uninstall (policies and operator gone), then ungate.
+    drop(release);
+    let (code, out) = leasehold_cli(&admin, &["ungate", "-n", &ns.ns, "--yes"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains(&format!("removed the scheduling gate of pod {}/orphan", ns.ns)), "{out}");
+    assert!(gated().await.is_empty(), "pods still gated: {:?}", gated().await);
+    let cj = cronjobs.get("nightly").await.unwrap();
+    assert!(!cj.annotations().contains_key("leasehold.dev/singleton"), "{:?}", cj.annotations());
+    let template = cj.spec.job_template.spec.unwrap().template;
+    let gates = template.spec.as_ref().and_then(|s| s.scheduling_gates.clone()).unwrap_or_default();
+    assert!(gates.iter().all(|g| g.name != "leasehold.dev/lock"), "gate left in the template: {gates:?}");
+    let ann = template.metadata.and_then(|m| m.annotations).unwrap_or_default();
+    assert!(!ann.contains_key("leasehold.dev/lock"), "lock annotation left in the template: {ann:?}");
+    // A run created now is not gated; nothing is left to ungate.
+    ns.kubectl(&["create", "job", "run-2", "--from=cronjob/nightly"]);
+    let third = wait_job_pod(&ns, "run-2").await;
+    assert!(!is_gated(&pods.get(&third).await.unwrap()), "a run after ungate is not gated");
+    let (code, out) = leasehold_cli(&admin, &["ungate", "-n", &ns.ns, "--yes"]);
+    assert_eq!((code, out.contains("nothing to ungate")), (0, true), "{out}");
+    ns.cleanup().await;
+}
+
+/// The name of the pod of Job `job`, once it exists.
+async fn wait_job_pod(ns: &TestNs, job: &str) -> String {
+    wait_until(&format!("a pod of job {job}"), WAIT, || async { job_pod(ns, job).await.is_some() }).await;
+    job_pod(ns, job).await.unwrap().name_any()
+}

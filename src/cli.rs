@@ -23,6 +23,9 @@ pub enum Command {
     Operator(OperatorArgs),
     /// Run a command while holding a lock (waits for the grant, renews, releases on exit).
     Lock(LockArgs),
+    /// Leave Leasehold: take the claims out of workloads and ungate waiting pods (mutual
+    /// exclusion ends; see docs/install.md, "Uninstall"). Prints what it would do unless --yes.
+    Ungate(crate::ungate::UngateArgs),
     /// Internal: the watchdog `leasehold lock` starts beside its command ([`crate::watchdog`]).
     #[command(hide = true)]
     LockWatchdog(crate::watchdog::WatchdogArgs),

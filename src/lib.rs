@@ -18,6 +18,7 @@ pub mod lock;
 pub mod lock_cli;
 pub mod metrics;
 pub mod telemetry;
+pub mod ungate;
 pub mod watchdog;
 
 pub use error::{Error, Result};

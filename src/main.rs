@@ -18,6 +18,7 @@ async fn main() -> anyhow::Result<()> {
             std::process::exit(leasehold::lock_cli::run(args).await);
         }
         Command::LockWatchdog(args) => leasehold::watchdog::run(args),
+        Command::Ungate(args) => std::process::exit(leasehold::ungate::run(args).await?),
         Command::Operator(args) => {
             leasehold::telemetry::init(args.log_format);
             leasehold::controller::run(args).await?;
