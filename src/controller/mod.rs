@@ -364,6 +364,16 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
             future::ready(())
         });
     let pod_ctx = Arc::new(pod::PodContext { ctx: ctx.clone(), locks: locks.clone(), warned: Mutex::default() });
+    let (prune_ctx, prune_locks) = (ctx.clone(), locks.clone());
+    let prune = async move {
+        loop {
+            tokio::time::sleep(PRUNE_EVERY).await;
+            let live: std::collections::HashSet<String> = prune_locks.state().iter().filter_map(|l| l.uid()).collect();
+            retain_live(&prune_ctx.clocks, &live);
+            retain_live(&prune_ctx.failures, &live);
+            retain_live(&prune_ctx.announced, &live);
+        }
+    };
     let ready = admin_state.clone();
     let pod_loop = async move {
         // Pod checks need the lock cache (a "lock not found" warning must not come from a cache
@@ -382,10 +392,20 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
         _ = lock_loop => {}
         _ = pod_loop => {}
         _ = workloads => {}
+        _ = prune => {}
         r = admin => { r??; }
     }
     tracing::info!("shut down");
     Ok(())
+}
+
+/// How often the per-lock memory of deleted locks (clocks, failure counts, announced waiters)
+/// is dropped.
+const PRUNE_EVERY: Duration = Duration::from_secs(300);
+
+/// Keeps only the entries of `map` whose key (a lock UID) is in `live`.
+fn retain_live<V>(map: &Mutex<HashMap<String, V>>, live: &std::collections::HashSet<String>) {
+    map.lock().unwrap_or_else(|e| e.into_inner()).retain(|uid, _| live.contains(uid));
 }
 
 /// A controller for one singleton-workload kind, as a future that runs until shutdown.
@@ -428,5 +448,17 @@ pub fn backoff_for(error: &Error) -> Action {
         Action::requeue(Duration::from_millis(200))
     } else {
         Action::requeue(Duration::from_secs(5))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_memory_of_deleted_locks_is_dropped() {
+        let map = Mutex::new(HashMap::from([("live".to_string(), 1u32), ("gone".to_string(), 2)]));
+        retain_live(&map, &["live".to_string()].into_iter().collect());
+        assert_eq!(map.into_inner().unwrap(), HashMap::from([("live".to_string(), 1)]));
     }
 }
