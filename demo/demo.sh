@@ -17,27 +17,29 @@ if [ "${1:-}" = down ]; then
   exec e2e/cluster.sh down demo
 fi
 watch_for=${1:-90}
+echo "==> 1/5 the local control plane \"demo\": etcd, kube-apiserver, kube-controller-manager, kube-scheduler" >&2
+echo "    and kwok, built from their Go modules on first use (minutes, once; cached in ~/.cache/leasehold)" >&2
 export_line=$(e2e/cluster.sh up demo | tail -n 1)
 eval "$export_line"
 bin=$(e2e/harness/build.sh)
 export PATH="$bin:$PATH"
 run_dir=$(dirname "$KUBECONFIG")
 
-echo "==> building leasehold" >&2
-cargo build --quiet
-echo "==> installing the CRD (kubectl apply -f crds/)" >&2
+echo "==> 2/5 building leasehold (cargo build; the first build takes a few minutes)" >&2
+cargo build
+echo "==> 3/5 installing the CRD (kubectl apply -f crds/)" >&2
 kubectl apply -f crds/ >&2
 kubectl wait --for condition=established --timeout=60s crd/distributedlocks.leasehold.dev >&2
 
 if [ -f "$run_dir/pids/leasehold.pid" ] && kill -0 "$(cat "$run_dir/pids/leasehold.pid")" 2>/dev/null; then
   echo "==> operator already running" >&2
 else
-  echo "==> starting the operator (log: $run_dir/logs/leasehold.log)" >&2
+  echo "==> 4/5 starting the operator (log: $run_dir/logs/leasehold.log)" >&2
   setsid nohup target/debug/leasehold operator --admin-addr 127.0.0.1:0 >"$run_dir/logs/leasehold.log" 2>&1 &
   echo $! >"$run_dir/pids/leasehold.pid"
 fi
 
-echo "==> creating lock nightly-report and three Jobs that claim it" >&2
+echo "==> 5/5 creating lock nightly-report and three Jobs that claim it" >&2
 kubectl delete job report-a report-b report-c --ignore-not-found --wait=true >/dev/null 2>&1 || true
 kubectl apply -f demo/lock-and-jobs.yaml >&2
 
