@@ -680,3 +680,249 @@ where
         None => Api::all(client.clone()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    const NS: &str = "ns";
+
+    fn ts(s: i64) -> String {
+        Timestamp::from_second(1_800_000_000 + s).unwrap().to_string()
+    }
+
+    fn now() -> Timestamp {
+        Timestamp::from_second(1_800_000_100).unwrap()
+    }
+
+    /// A pod created at `created` (seconds after the epoch of these tests).
+    fn pod(name: &str, created: i64, annotations: Value, gated: bool) -> Pod {
+        let gates = if gated { json!([{"name": SCHEDULING_GATE}]) } else { json!([]) };
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": NS, "uid": format!("uid-{name}"),
+                         "creationTimestamp": ts(created), "annotations": annotations},
+            "spec": {"schedulingGates": gates, "containers": [{"name": "c"}]},
+        }))
+        .unwrap()
+    }
+
+    fn waiter(name: &str, created: i64) -> Pod {
+        pod(name, created, json!({LOCK_ANNOTATION: "l"}), true)
+    }
+
+    fn holder_pod(name: &str, token: i64) -> Pod {
+        let mut p = pod(
+            name,
+            0,
+            json!({LOCK_ANNOTATION: "l", GRANTED_LOCK_ANNOTATION: "l", TOKEN_ANNOTATION: token.to_string()}),
+            false,
+        );
+        p.status = Some(serde_json::from_value(json!({"phase": "Running"})).unwrap());
+        p
+    }
+
+    fn lock(holder: Option<(&str, i64)>, ready: (&str, &str, &str)) -> DistributedLock {
+        let holder = holder.map(|(n, t)| json!({"name": n, "uid": format!("uid-{n}"), "token": t, "since": ts(40)}));
+        serde_json::from_value(json!({
+            "apiVersion": "leasehold.dev/v1alpha1", "kind": "DistributedLock",
+            "metadata": {"name": "l", "namespace": NS, "uid": "lock-uid"},
+            "spec": {},
+            "status": {"holder": holder, "highestToken": 3, "conditions": [{
+                "type": "Ready", "status": ready.0, "reason": ready.1, "message": ready.2,
+                "lastTransitionTime": ts(0)}]},
+        }))
+        .unwrap()
+    }
+
+    fn ready_lock(holder: Option<(&str, i64)>) -> DistributedLock {
+        lock(holder, ("True", "Reconciled", ""))
+    }
+
+    fn lease(holder: Option<(&str, i64)>) -> Lease {
+        let mut annotations = json!({TOKEN_ANNOTATION: "3", "leasehold.dev/token-floor": "0"});
+        let mut identity = Value::Null;
+        if let Some((n, t)) = holder {
+            annotations[TOKEN_ANNOTATION] = json!(t.to_string());
+            annotations["leasehold.dev/holder-uid"] = json!(format!("uid-{n}"));
+            identity = json!(n);
+        }
+        serde_json::from_value(json!({
+            "metadata": {"name": "l", "namespace": NS, "annotations": annotations},
+            "spec": {"holderIdentity": identity, "renewTime": "2027-01-15T08:01:30.000000Z"},
+        }))
+        .unwrap()
+    }
+
+    fn claim(name: &str, identity: &str, created: i64) -> DistributedLockClaim {
+        serde_json::from_value(json!({
+            "apiVersion": "leasehold.dev/v1alpha1", "kind": "DistributedLockClaim",
+            "metadata": {"name": name, "namespace": NS, "uid": format!("uid-{name}"), "creationTimestamp": ts(created)},
+            "spec": {"lock": "l", "identity": identity},
+        }))
+        .unwrap()
+    }
+
+    fn world() -> (DistributedLock, Lease, Vec<Pod>, Vec<DistributedLockClaim>) {
+        let mut finished = waiter("done", 1);
+        finished.status = Some(serde_json::from_value(json!({"phase": "Failed", "reason": "LockBusy"})).unwrap());
+        let other_lock = pod("other", 2, json!({LOCK_ANNOTATION: "m"}), true);
+        // Created in the same second as `b`: the name breaks the tie, as in the operator.
+        let pods = vec![waiter("c", 30), holder_pod("h", 3), waiter("b", 20), waiter("a", 20), finished, other_lock];
+        (ready_lock(Some(("h", 3))), lease(Some(("h", 3))), pods, vec![claim("cl", "laptop", 25)])
+    }
+
+    #[test]
+    fn the_report_lists_the_holder_and_the_waiters_in_the_operators_order() {
+        let (lock, lease, pods, claims) = world();
+        let r = lock_report(&lock, Some(&lease), &pods, &claims, now());
+        let h = r.holder.as_ref().unwrap();
+        assert_eq!((h.name.as_str(), h.token, h.held_seconds), ("h", 3, Some(60)));
+        let l = r.lease.as_ref().unwrap();
+        assert_eq!((l.holder_identity.as_deref(), l.token), (Some("h"), 3));
+        let order: Vec<(&str, &str, i64)> =
+            r.waiters.iter().map(|w| (w.name.as_str(), w.kind.as_str(), w.waited_seconds)).collect();
+        assert_eq!(order, [("a", "Pod", 80), ("b", "Pod", 80), ("cl", "Claim", 75), ("c", "Pod", 70)]);
+        assert_eq!(r.waiters.iter().map(|w| w.position).collect::<Vec<_>>(), [1, 2, 3, 4]);
+        assert_eq!(r.ready.status, "True");
+    }
+
+    #[test]
+    fn a_holder_the_lease_names_but_still_gated_is_not_a_waiter() {
+        let pods = vec![waiter("h", 0), waiter("w", 5)];
+        let r = lock_report(&ready_lock(Some(("h", 1))), Some(&lease(Some(("h", 1)))), &pods, &[], now());
+        assert_eq!(r.waiters.iter().map(|w| w.name.as_str()).collect::<Vec<_>>(), ["w"]);
+    }
+
+    #[test]
+    fn the_table_shows_holder_lease_and_queue() {
+        let (lock, lease, pods, claims) = world();
+        let r = lock_report(&lock, Some(&lease), &pods, &claims, now());
+        let table = render_table(std::slice::from_ref(&r), false);
+        let lines: Vec<&str> = table.lines().collect();
+        assert!(lines[0].starts_with("LOCK "), "{table}");
+        let row: Vec<&str> = lines[1].split_whitespace().collect();
+        assert_eq!(&row[..5], ["l", "h", "3", &ts(40), "1m"], "{table}");
+        assert_eq!(row.last(), Some(&"4"), "{table}");
+        assert!(lines[1].contains("True"), "{table}");
+        let queue: Vec<Vec<&str>> = lines[4..].iter().map(|l| l.split_whitespace().take(3).collect()).collect();
+        assert_eq!(queue, [["l", "1", "a"], ["l", "2", "b"], ["l", "3", "cl"], ["l", "4", "c"]], "{table}");
+        let all = render_table(&[r], true);
+        assert!(all.lines().nth(1).unwrap().starts_with("ns "), "{all}");
+    }
+
+    #[test]
+    fn the_table_says_why_a_lock_is_not_ready() {
+        let lock = lock(None, ("False", "LeaseNotOwned", "Lease l is not controlled by this lock"));
+        let table = render_table(&[lock_report(&lock, None, &[], &[], now())], false);
+        assert!(table.contains("False (LeaseNotOwned)"), "{table}");
+        assert!(table.contains("<no Lease>"), "{table}");
+        assert!(table.contains("lock l is not Ready (LeaseNotOwned): Lease l is not controlled by this lock"), "{table}");
+        assert!(!table.contains("POSITION"), "no queue table without waiters: {table}");
+    }
+
+    fn why(name: &str, lock: Option<&DistributedLock>, lease: Option<&Lease>, pods: &[Pod]) -> Explanation {
+        let pod = pods.iter().find(|p| p.name_any() == name).unwrap();
+        explain(pod, lock, lease, pods, &[], now())
+    }
+
+    #[test]
+    fn a_waiter_is_told_its_position_and_who_is_ahead() {
+        let (lock, lease, pods, claims) = world();
+        let pod = pods.iter().find(|p| p.name_any() == "c").unwrap();
+        let e = explain(pod, Some(&lock), Some(&lease), &pods, &claims, now());
+        assert_eq!(e.verdict, Verdict::Waiting { lock: "l".into(), position: 4 });
+        assert!(e.text.contains("for lock l, held by pod h with fencing token 3 for 1m"), "{}", e.text);
+        assert!(e.text.contains("position 4 of 4 in the queue, behind a, b, claim cl (laptop)"), "{}", e.text);
+        assert!(e.text.contains("waiting 1m10s since it was created"), "{}", e.text);
+        let first = why("a", Some(&lock), Some(&lease), &pods);
+        assert!(first.text.contains("position 1 of 3 in the queue: next to be granted"), "{}", first.text);
+    }
+
+    #[test]
+    fn the_holder_is_told_its_token() {
+        let (lock, lease, pods, _) = world();
+        let e = why("h", Some(&lock), Some(&lease), &pods);
+        assert_eq!(e.verdict, Verdict::Holds { lock: "l".into(), token: 3 });
+        assert!(e.text.contains("holds lock l with fencing token 3 (granted 1m ago)"), "{}", e.text);
+    }
+
+    #[test]
+    fn a_missing_lock_is_named() {
+        let pods = vec![waiter("w", 0)];
+        let e = why("w", None, None, &pods);
+        assert_eq!(e.verdict, Verdict::LockMissing { lock: "l".into() });
+        assert!(e.text.contains("lock l, which does not exist in namespace ns"), "{}", e.text);
+    }
+
+    #[test]
+    fn a_gate_without_a_lock_annotation_never_opens() {
+        let pods = vec![pod("g", 0, json!({}), true), pod("e", 0, json!({LOCK_ANNOTATION: " "}), true)];
+        let e = why("g", None, None, &pods);
+        assert_eq!(e.verdict, Verdict::NoLockAnnotation);
+        assert!(e.text.contains("has no leasehold.dev/lock annotation, so no operator will ever ungate it"), "{}", e.text);
+        assert!(why("e", None, None, &pods).text.contains("an empty leasehold.dev/lock annotation"));
+    }
+
+    #[test]
+    fn a_lock_annotation_without_gate_or_grant_runs_unlocked() {
+        let (lock, lease, mut pods, _) = world();
+        pods.push(pod("free", 0, json!({LOCK_ANNOTATION: "l"}), false));
+        pods.push(pod("plain", 0, json!({}), false));
+        let e = why("free", Some(&lock), Some(&lease), &pods);
+        assert_eq!(e.verdict, Verdict::UngatedWithoutGrant { lock: "l".into() });
+        assert!(e.text.contains("runs without it"), "{}", e.text);
+        assert_eq!(why("plain", None, None, &pods).verdict, Verdict::NotGated);
+    }
+
+    #[test]
+    fn a_holder_the_lease_no_longer_names_has_lost_its_grant() {
+        let (lock, _, pods, _) = world();
+        let e = why("h", Some(&lock), Some(&lease(Some(("c", 4)))), &pods);
+        assert_eq!(e.verdict, Verdict::LostGrant { lock: "l".into(), token: 3 });
+        assert!(e.text.contains("granted lock l with fencing token 3, but the Lease now names c"), "{}", e.text);
+    }
+
+    #[test]
+    fn malformed_policy_annotations_are_reported() {
+        let (lock, lease, mut pods, _) = world();
+        pods.push(pod(
+            "bad",
+            50,
+            json!({LOCK_ANNOTATION: "l", policy::ON_BUSY_ANNOTATION: "later", policy::MAX_WAIT_ANNOTATION: "banana"}),
+            true,
+        ));
+        let e = why("bad", Some(&lock), Some(&lease), &pods);
+        assert!(matches!(e.verdict, Verdict::Waiting { position: 4, .. }), "{e:?}");
+        assert!(e.text.contains(r#"on-busy must be "wait" or "skip", got "later""#), "{}", e.text);
+        assert!(e.text.contains(r#"max-wait must be a positive duration such as "90s" or "10m", got "banana""#), "{}", e.text);
+        assert!(e.text.contains("the operator uses the default"), "{}", e.text);
+    }
+
+    #[test]
+    fn a_lock_that_is_not_ready_says_why() {
+        let lock = lock(None, ("False", "NamespaceTerminating", "namespace ns is being deleted"));
+        let pods = vec![waiter("w", 0)];
+        let e = why("w", Some(&lock), Some(&lease(None)), &pods);
+        assert!(matches!(e.verdict, Verdict::Waiting { position: 1, .. }), "{e:?}");
+        assert!(e.text.contains("which is free"), "{}", e.text);
+        assert!(e.text.contains("not Ready (NamespaceTerminating: namespace ns is being deleted)"), "{}", e.text);
+        assert!(!e.text.contains("grants it on its next step"), "a lock that is not Ready grants nothing: {}", e.text);
+    }
+
+    #[test]
+    fn a_waiter_that_gave_up_is_done() {
+        let (lock, lease, pods, _) = world();
+        let e = why("done", Some(&lock), Some(&lease), &pods);
+        assert_eq!(e.verdict, Verdict::Done);
+        assert!(e.text.contains("gave up waiting for lock l (LockBusy"), "{}", e.text);
+    }
+
+    #[test]
+    fn ages_print_like_kubectl() {
+        assert_eq!(age(0), "0s");
+        assert_eq!(age(70), "1m10s");
+        assert_eq!(age(3605), "1h5s");
+    }
+}
