@@ -6,6 +6,7 @@ use std::process::Command;
 use leasehold::crd::DistributedLock;
 use serde_json::{Value, json};
 
+use crate::install::{create_token, token_kubeconfig};
 use crate::support::{TestNs, WAIT, is_gated, token_of, wait_pod, wait_until};
 
 /// Runs `leasehold <args>` with the test's admin kubeconfig in `KUBECONFIG`; returns
@@ -97,6 +98,27 @@ async fn status_and_why_show_the_holder_and_the_waiters_in_grant_order() {
     assert!(w2.contains("position 2 of 2 in the queue, behind w1 "), "{w2}");
     let h = leasehold_ok(&ns, &["why", "holder", "-n", &ns.ns]);
     assert!(h.contains(&format!("holds lock l with fencing token {token}")), "{h}");
+
+    // A reader who may not read Leases (as with the built-in `view` role) still gets the holder,
+    // from the lock's status, and the same queue; the namespace is its kubeconfig context's.
+    ns.kubectl(&["create", "serviceaccount", "reader"]);
+    let resources = "--resource=distributedlocks.leasehold.dev,distributedlockclaims.leasehold.dev,pods";
+    ns.kubectl(&["create", "role", "reader", "--verb=get,list", resources]);
+    let sa = format!("--serviceaccount={}:reader", ns.ns);
+    ns.kubectl(&["create", "rolebinding", "reader", "--role=reader", &sa]);
+    let reader = token_kubeconfig(&ns, "reader", &create_token(&ns, "reader", None));
+    let reader = reader.to_string_lossy().into_owned();
+    let (code, out, err) = leasehold(&ns, &["status", "-o", "json", "--kubeconfig", &reader]);
+    assert_eq!(code, 0, "status as reader: {err}");
+    assert!(err.contains("may not read Leases in namespace"), "{err}");
+    let doc: Value = serde_json::from_str(&out).expect("JSON");
+    let lock = &doc["locks"][0];
+    assert_eq!((&lock["holder"]["name"], &lock["leaseForbidden"]), (&json!("holder"), &json!(true)), "{doc}");
+    let names: Vec<&str> = lock["waiters"].as_array().unwrap().iter().map(|w| w["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["w1", "w2"], "{doc}");
+    let w2 = leasehold_ok(&ns, &["why", "w2", "--kubeconfig", &reader]);
+    assert!(w2.contains("held by pod holder") && w2.contains("position 2 of 2"), "{w2}");
+    assert!(w2.contains("403 Forbidden"), "{w2}");
     ns.cleanup().await;
 }
 

@@ -135,13 +135,13 @@ impl KubeArgs {
             (None, None) => kube::Config::infer().await.context("no Kubernetes configuration found")?,
             (None, Some(context)) => kube::Config::from_kubeconfig(&options)
                 .await
-                .with_context(|| format!("kubeconfig context {context}"))?,
+                .with_context(|| format!("cannot use kubeconfig context {context}"))?,
             (Some(path), _) => {
                 let kubeconfig = Kubeconfig::read_from(path)
                     .with_context(|| format!("cannot read kubeconfig {}", path.display()))?;
                 kube::Config::from_custom_kubeconfig(kubeconfig, &options)
                     .await
-                    .with_context(|| format!("kubeconfig {}", path.display()))?
+                    .with_context(|| format!("cannot use kubeconfig {}", path.display()))?
             }
         };
         Ok(kube::Client::try_from(config)?)

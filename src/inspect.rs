@@ -47,9 +47,12 @@ pub struct LockReport {
     /// The holder as the lock's status records it (`status.holder`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub holder: Option<HolderReport>,
-    /// The Lease backing the lock; `None` when it does not exist.
+    /// The Lease backing the lock; `None` when it does not exist or cannot be read.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lease: Option<LeaseReport>,
+    /// The caller may not read the Lease (403); `holder` is then all there is.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub lease_forbidden: bool,
     /// `status.highestToken`.
     pub highest_token: i64,
     /// The waiters in grant order (the operator's queue, without the holder).
@@ -124,6 +127,56 @@ pub struct WaiterReport {
     pub waited_seconds: i64,
 }
 
+/// What could be read of a lock's Lease.
+#[derive(Clone, Copy, Debug)]
+pub enum LeaseRead<'a> {
+    /// The Lease.
+    Found(&'a Lease),
+    /// It does not exist.
+    Missing,
+    /// The caller may not read it (403): the lock's `status.holder` stands in for it.
+    Forbidden,
+}
+
+impl<'a> LeaseRead<'a> {
+    /// From the answer of a GET.
+    pub fn of(lease: Option<&'a Lease>) -> Self {
+        lease.map_or(LeaseRead::Missing, LeaseRead::Found)
+    }
+
+    fn lease(self) -> Option<&'a Lease> {
+        match self {
+            LeaseRead::Found(l) => Some(l),
+            _ => None,
+        }
+    }
+}
+
+/// The holder of a lock: the Lease's, or the lock status's when the Lease cannot be read.
+#[derive(Clone, Debug, PartialEq)]
+struct CurrentHolder {
+    name: String,
+    uid: Option<String>,
+    kind: HolderKind,
+    token: i64,
+}
+
+fn current_holder(lock: Option<&DistributedLock>, lease: LeaseRead<'_>) -> Option<CurrentHolder> {
+    match lease {
+        LeaseRead::Found(l) => {
+            let view = lease::view(l);
+            view.holder.map(|h| CurrentHolder { name: h.name, uid: h.uid, kind: h.kind, token: view.token })
+        }
+        LeaseRead::Missing => None,
+        LeaseRead::Forbidden => lock.and_then(|l| l.status.as_ref()?.holder.as_ref()).map(|h| CurrentHolder {
+            name: h.name.clone(),
+            uid: h.uid.clone(),
+            kind: HolderKind::Pod,
+            token: h.token,
+        }),
+    }
+}
+
 /// `leasehold status`'s JSON document.
 #[derive(Serialize, Debug, Clone, PartialEq)]
 pub struct StatusDocument {
@@ -133,8 +186,15 @@ pub struct StatusDocument {
 
 /// The operator's queue for `lock` (in namespace `ns`): every pod and claim of that namespace
 /// that is a candidate for it, converted as the operator converts them, in grant order
-/// ([`grant::queue_of`]), without the Lease's holder (the operator never lists it as a waiter).
-pub fn queue(ns: &str, lock: &str, lease: Option<&Lease>, pods: &[Pod], claims: &[DistributedLockClaim]) -> Vec<Candidate> {
+/// ([`grant::queue_of`]), without the holder with UID `holder_uid` (the operator never lists
+/// it as a waiter).
+pub fn queue(
+    ns: &str,
+    lock: &str,
+    holder_uid: Option<&str>,
+    pods: &[Pod],
+    claims: &[DistributedLockClaim],
+) -> Vec<Candidate> {
     let candidates: Vec<Candidate> = pods
         .iter()
         .filter(|p| p.namespace().as_deref() == Some(ns) && pod_concerns_lock(p, lock))
@@ -146,15 +206,14 @@ pub fn queue(ns: &str, lock: &str, lease: Option<&Lease>, pods: &[Pod], claims: 
                 .filter_map(candidate_of_claim),
         )
         .collect();
-    let holder_uid = lease.and_then(|l| lease::view(l).holder).and_then(|h| h.uid);
-    grant::queue_of(&candidates).into_iter().filter(|c| Some(&c.uid) != holder_uid.as_ref()).cloned().collect()
+    grant::queue_of(&candidates).into_iter().filter(|c| Some(c.uid.as_str()) != holder_uid).cloned().collect()
 }
 
 /// What `leasehold status` shows for one lock, at time `now`. `pods` and `claims` may contain
 /// objects of other locks and namespaces: only the lock's candidates are kept.
 pub fn lock_report(
     lock: &DistributedLock,
-    lease: Option<&Lease>,
+    lease: LeaseRead<'_>,
     pods: &[Pod],
     claims: &[DistributedLockClaim],
     now: Timestamp,
@@ -176,7 +235,7 @@ pub fn lock_report(
         since: h.since.as_ref().map(|t| rfc3339(t.0)),
         held_seconds: h.since.as_ref().map(|t| seconds_since(t.0, now)),
     });
-    let lease_report = lease.map(|l| {
+    let lease_report = lease.lease().map(|l| {
         let view = lease::view(l);
         let renew = l.spec.as_ref().and_then(|s| s.renew_time.as_ref()).map(|t| t.0);
         LeaseReport {
@@ -187,7 +246,8 @@ pub fn lock_report(
             renewed_seconds_ago: renew.map(|t| seconds_since(t, now)),
         }
     });
-    let waiters = queue(&ns, &name, lease, pods, claims)
+    let holder_uid = current_holder(Some(lock), lease).and_then(|h| h.uid);
+    let waiters = queue(&ns, &name, holder_uid.as_deref(), pods, claims)
         .iter()
         .enumerate()
         .map(|(i, c)| WaiterReport {
@@ -205,6 +265,7 @@ pub fn lock_report(
         ready,
         holder,
         lease: lease_report,
+        lease_forbidden: matches!(lease, LeaseRead::Forbidden),
         highest_token: status.highest_token,
         waiters,
     }
@@ -232,6 +293,7 @@ pub fn render_table(reports: &[LockReport], namespaces: bool) -> String {
                 l.holder_identity.clone().unwrap_or_else(|| "<none>".into()),
                 l.renewed_seconds_ago.map(|s| format!("{} ago", age(s))).unwrap_or_else(|| "-".into()),
             ),
+            None if r.lease_forbidden => ("<forbidden>".into(), "-".into()),
             None => ("<no Lease>".into(), "-".into()),
         };
         let ready = match (&r.ready.status[..], &r.ready.reason) {
@@ -340,7 +402,7 @@ pub struct Explanation {
 pub fn explain(
     pod: &Pod,
     lock: Option<&DistributedLock>,
-    lease: Option<&Lease>,
+    lease: LeaseRead<'_>,
     pods: &[Pod],
     claims: &[DistributedLockClaim],
     now: Timestamp,
@@ -422,11 +484,15 @@ pub fn explain(
         return say(Verdict::NotGated, first, &notes);
     };
 
-    let lease_view = lease.map(lease::view);
-    let lease_holder = lease_view.as_ref().and_then(|v| v.holder.clone());
+    let lease_holder = current_holder(lock, lease);
     let uid = pod.metadata.uid.clone();
     let named_by_lease = lease_holder.as_ref().is_some_and(|h| h.name == name && h.uid.is_some() && h.uid == uid);
-    let lease_token = lease_view.as_ref().map(|v| v.token).unwrap_or(0);
+    let lease_token = lease_holder.as_ref().map(|h| h.token).unwrap_or(0);
+    if matches!(lease, LeaseRead::Forbidden) {
+        notes.push(format!(
+            "(The Lease {lock_name} could not be read, 403 Forbidden: the holder is as the lock's status records it.)"
+        ));
+    }
     if granted_lock.is_some_and(|g| g != lock_name) {
         notes.push(format!(
             "It was granted lock {} (annotation {GRANTED_LOCK_ANNOTATION}) but its {LOCK_ANNOTATION} annotation now \
@@ -451,7 +517,7 @@ pub fn explain(
         if let (Some(t), Some(_)) = (token, granted_lock) {
             let now_held = match &lease_holder {
                 Some(h) => format!("the Lease now names {}", h.name),
-                None if lease.is_some() => "the Lease now names nobody".to_string(),
+                None if matches!(lease, LeaseRead::Found(_)) => "the Lease now names nobody".to_string(),
                 None => "the lock's Lease does not exist".to_string(),
             };
             let first = format!(
@@ -504,7 +570,8 @@ pub fn explain(
         return say(Verdict::GrantInProgress { lock: lock_name.to_string() }, first, &notes);
     }
 
-    let queue = queue(&ns, lock_name, lease, pods, claims);
+    let holder_uid = lease_holder.as_ref().and_then(|h| h.uid.as_deref());
+    let queue = queue(&ns, lock_name, holder_uid, pods, claims);
     let Some(index) = queue.iter().position(|c| c.kind == HolderKind::Pod && Some(&c.uid) == uid.as_ref()) else {
         // Gated, not deleting, not terminal: always a waiter, unless the operator could not read it.
         let first = format!("Pod {name} is gated for lock {lock_name} but the operator cannot queue it (no uid or creationTimestamp).");
@@ -524,8 +591,10 @@ pub fn explain(
                 .unwrap_or_default();
             format!("held by {kind} {} with fencing token {lease_token}{since}", h.name)
         }
-        None if lease.is_some() => "which is free".to_string(),
-        None => "which has no Lease yet".to_string(),
+        None => match lease {
+            LeaseRead::Found(_) | LeaseRead::Forbidden => "which is free".to_string(),
+            LeaseRead::Missing => "which has no Lease yet".to_string(),
+        },
     };
     let place = if index == 0 {
         format!("It is at position 1 of {} in the queue: next to be granted", queue.len())
@@ -605,9 +674,19 @@ async fn status_inner(args: StatusArgs) -> anyhow::Result<i32> {
         eprintln!("No DistributedLocks found {where_}.");
         return Ok(0);
     }
+    // Leases are not in the built-in `view` role: without them, show what the locks' status says.
+    let leases_api = api::<Lease>(&client, scope);
     let leases = match &args.lock {
-        Some(name) => api::<Lease>(&client, scope).get_opt(name).await.context("get Lease")?.into_iter().collect(),
-        None => api::<Lease>(&client, scope).list(&ListParams::default()).await.context("list Leases")?.items,
+        Some(name) => leases_api.get_opt(name).await.map(|l| l.into_iter().collect()),
+        None => leases_api.list(&ListParams::default()).await.map(|l| l.items),
+    };
+    let leases: Option<Vec<Lease>> = match leases {
+        Ok(l) => Some(l),
+        Err(e) if is_forbidden(&e) => {
+            eprintln!("leasehold status: may not read Leases {where_} (403 Forbidden); holders are as the locks' status records them");
+            None
+        }
+        Err(e) => return Err(anyhow::Error::new(e).context(format!("read Leases {where_}"))),
     };
     let pods = api::<Pod>(&client, scope).list(&ListParams::default()).await.with_context(|| format!("list pods {where_}"))?.items;
     let claims = api::<DistributedLockClaim>(&client, scope)
@@ -619,7 +698,10 @@ async fn status_inner(args: StatusArgs) -> anyhow::Result<i32> {
     let reports: Vec<LockReport> = locks
         .iter()
         .map(|l| {
-            let lease = leases.iter().find(|x| x.namespace() == l.namespace() && x.name_any() == l.name_any());
+            let lease = match &leases {
+                Some(ls) => LeaseRead::of(ls.iter().find(|x| x.namespace() == l.namespace() && x.name_any() == l.name_any())),
+                None => LeaseRead::Forbidden,
+            };
             lock_report(l, lease, &pods, &claims, now)
         })
         .collect();
@@ -651,13 +733,17 @@ async fn why_inner(args: WhyArgs) -> anyhow::Result<i32> {
     };
     let lock_name = pod.annotations().get(LOCK_ANNOTATION).map(|l| l.trim().to_string()).filter(|l| !l.is_empty());
     let (lock, lease, pods, claims) = match &lock_name {
-        None => (None, None, vec![], vec![]),
+        None => (None, Some(None), vec![], vec![]),
         Some(l) => {
             let lock = Api::<DistributedLock>::namespaced(client.clone(), &ns)
                 .get_opt(l)
                 .await
                 .with_context(|| format!("get DistributedLock {l}"))?;
-            let lease = Api::<Lease>::namespaced(client.clone(), &ns).get_opt(l).await.context("get Lease")?;
+            let lease = match Api::<Lease>::namespaced(client.clone(), &ns).get_opt(l).await {
+                Ok(lease) => Some(lease),
+                Err(e) if is_forbidden(&e) => None,
+                Err(e) => return Err(anyhow::Error::new(e).context(format!("get Lease {l}"))),
+            };
             let pods = pods_api.list(&ListParams::default()).await.with_context(|| format!("list pods in namespace {ns}"))?;
             let claims = Api::<DistributedLockClaim>::namespaced(client.clone(), &ns)
                 .list(&ListParams::default())
@@ -666,9 +752,17 @@ async fn why_inner(args: WhyArgs) -> anyhow::Result<i32> {
             (lock, lease, pods.items, claims.items)
         }
     };
-    let explanation = explain(&pod, lock.as_ref(), lease.as_ref(), &pods, &claims, Timestamp::now());
+    let lease = match &lease {
+        Some(found) => LeaseRead::of(found.as_ref()),
+        None => LeaseRead::Forbidden,
+    };
+    let explanation = explain(&pod, lock.as_ref(), lease, &pods, &claims, Timestamp::now());
     println!("{}", explanation.text);
     Ok(0)
+}
+
+fn is_forbidden(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 403)
 }
 
 fn api<K>(client: &Client, ns: Option<&str>) -> Api<K>
@@ -776,7 +870,7 @@ mod tests {
     #[test]
     fn the_report_lists_the_holder_and_the_waiters_in_the_operators_order() {
         let (lock, lease, pods, claims) = world();
-        let r = lock_report(&lock, Some(&lease), &pods, &claims, now());
+        let r = lock_report(&lock, LeaseRead::Found(&lease), &pods, &claims, now());
         let h = r.holder.as_ref().unwrap();
         assert_eq!((h.name.as_str(), h.token, h.held_seconds), ("h", 3, Some(60)));
         let l = r.lease.as_ref().unwrap();
@@ -791,14 +885,14 @@ mod tests {
     #[test]
     fn a_holder_the_lease_names_but_still_gated_is_not_a_waiter() {
         let pods = vec![waiter("h", 0), waiter("w", 5)];
-        let r = lock_report(&ready_lock(Some(("h", 1))), Some(&lease(Some(("h", 1)))), &pods, &[], now());
+        let r = lock_report(&ready_lock(Some(("h", 1))), LeaseRead::Found(&lease(Some(("h", 1)))), &pods, &[], now());
         assert_eq!(r.waiters.iter().map(|w| w.name.as_str()).collect::<Vec<_>>(), ["w"]);
     }
 
     #[test]
     fn the_table_shows_holder_lease_and_queue() {
         let (lock, lease, pods, claims) = world();
-        let r = lock_report(&lock, Some(&lease), &pods, &claims, now());
+        let r = lock_report(&lock, LeaseRead::Found(&lease), &pods, &claims, now());
         let table = render_table(std::slice::from_ref(&r), false);
         let lines: Vec<&str> = table.lines().collect();
         assert!(lines[0].starts_with("LOCK "), "{table}");
@@ -815,7 +909,7 @@ mod tests {
     #[test]
     fn the_table_says_why_a_lock_is_not_ready() {
         let lock = lock(None, ("False", "LeaseNotOwned", "Lease l is not controlled by this lock"));
-        let table = render_table(&[lock_report(&lock, None, &[], &[], now())], false);
+        let table = render_table(&[lock_report(&lock, LeaseRead::Missing, &[], &[], now())], false);
         assert!(table.contains("False (LeaseNotOwned)"), "{table}");
         assert!(table.contains("<no Lease>"), "{table}");
         assert!(table.contains("lock l is not Ready (LeaseNotOwned): Lease l is not controlled by this lock"), "{table}");
@@ -824,14 +918,14 @@ mod tests {
 
     fn why(name: &str, lock: Option<&DistributedLock>, lease: Option<&Lease>, pods: &[Pod]) -> Explanation {
         let pod = pods.iter().find(|p| p.name_any() == name).unwrap();
-        explain(pod, lock, lease, pods, &[], now())
+        explain(pod, lock, LeaseRead::of(lease), pods, &[], now())
     }
 
     #[test]
     fn a_waiter_is_told_its_position_and_who_is_ahead() {
         let (lock, lease, pods, claims) = world();
         let pod = pods.iter().find(|p| p.name_any() == "c").unwrap();
-        let e = explain(pod, Some(&lock), Some(&lease), &pods, &claims, now());
+        let e = explain(pod, Some(&lock), LeaseRead::Found(&lease), &pods, &claims, now());
         assert_eq!(e.verdict, Verdict::Waiting { lock: "l".into(), position: 4 });
         assert!(e.text.contains("for lock l, held by pod h with fencing token 3 for 1m"), "{}", e.text);
         assert!(e.text.contains("position 4 of 4 in the queue, behind a, b, claim cl (laptop)"), "{}", e.text);
@@ -917,6 +1011,24 @@ mod tests {
         let e = why("done", Some(&lock), Some(&lease), &pods);
         assert_eq!(e.verdict, Verdict::Done);
         assert!(e.text.contains("gave up waiting for lock l (LockBusy"), "{}", e.text);
+    }
+
+    #[test]
+    fn without_read_access_to_the_lease_the_locks_status_names_the_holder() {
+        let (lock, _, mut pods, claims) = world();
+        // The holder, granted but still gated: only the holder's UID keeps it out of the queue.
+        pods.push(waiter("h", 0));
+        pods.retain(|p| p.name_any() != "h" || p.status.is_none());
+        let r = lock_report(&lock, LeaseRead::Forbidden, &pods, &claims, now());
+        assert!(r.lease_forbidden && r.lease.is_none());
+        assert_eq!(r.waiters.iter().map(|w| w.name.as_str()).collect::<Vec<_>>(), ["a", "b", "cl", "c"]);
+        let table = render_table(std::slice::from_ref(&r), false);
+        assert!(table.contains("<forbidden>"), "{table}");
+        assert_eq!(serde_json::to_value(&r).unwrap()["leaseForbidden"], true);
+        let c = pods.iter().find(|p| p.name_any() == "c").unwrap();
+        let e = explain(c, Some(&lock), LeaseRead::Forbidden, &pods, &claims, now());
+        assert!(e.text.contains("held by pod h with fencing token 3"), "{}", e.text);
+        assert!(e.text.contains("could not be read, 403 Forbidden"), "{}", e.text);
     }
 
     #[test]
