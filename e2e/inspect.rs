@@ -50,7 +50,8 @@ async fn status_and_why_show_the_holder_and_the_waiters_in_grant_order() {
     // The table: the lock's row names the holder with its token, the queue rows are in order.
     let table = leasehold_ok(&ns, &["status", "-n", &ns.ns]);
     let lines: Vec<&str> = table.lines().collect();
-    let row: Vec<&str> = lines.iter().find(|l| l.starts_with("l ")).expect("a row for lock l").split_whitespace().collect();
+    let row: Vec<&str> =
+        lines.iter().find(|l| l.starts_with("l ")).expect("a row for lock l").split_whitespace().collect();
     assert_eq!(&row[..3], ["l", "holder", &token.to_string()], "{table}");
     assert_eq!(row[5], "holder", "the Lease names the holder: {table}");
     assert!(row.contains(&"True"), "Ready: {table}");

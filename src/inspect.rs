@@ -25,11 +25,11 @@ use crate::cli::{OutputFormat, StatusArgs, WhyArgs};
 use crate::controller::{candidate_of_claim, candidate_of_pod, pod_concerns_lock};
 use crate::crd::{DistributedLock, DistributedLockClaim, condition};
 use crate::lease;
-use crate::lock_cli::error_text;
 use crate::lock::fencing::parse_token;
 use crate::lock::grant::{self, Candidate, HolderKind, Phase};
 use crate::lock::policy::{self, BusyPolicy};
 use crate::lock::{GRANTED_LOCK_ANNOTATION, LOCK_ANNOTATION, SCHEDULING_GATE, TOKEN_ANNOTATION};
+use crate::lock_cli::error_text;
 
 /// Exit status of `status` / `why` when the lock or pod does not exist, or the API fails.
 pub const EXIT_ERROR: i32 = 1;
@@ -334,7 +334,11 @@ pub fn render_table(reports: &[LockReport], namespaces: bool) -> String {
     for r in reports.iter().filter(|r| r.ready.status == "False") {
         let ns = if namespaces { format!("{}/", r.namespace) } else { String::new() };
         let reason = r.ready.reason.as_deref().unwrap_or("");
-        out.push_str(&format!("\nlock {ns}{} is not Ready ({reason}): {}\n", r.name, r.ready.message.as_deref().unwrap_or("")));
+        out.push_str(&format!(
+            "\nlock {ns}{} is not Ready ({reason}): {}\n",
+            r.name,
+            r.ready.message.as_deref().unwrap_or("")
+        ));
     }
     out
 }
@@ -472,7 +476,11 @@ pub fn explain(
 
     let Some(lock_name) = lock_name.filter(|l| !l.is_empty()) else {
         if gated {
-            let what = if lock_name.is_some() { "an empty leasehold.dev/lock annotation" } else { "no leasehold.dev/lock annotation" };
+            let what = if lock_name.is_some() {
+                "an empty leasehold.dev/lock annotation"
+            } else {
+                "no leasehold.dev/lock annotation"
+            };
             let first = format!(
                 "Pod {name} waits at the {SCHEDULING_GATE} scheduling gate but has {what}, so no operator will ever \
                  ungate it: set the annotation to the name of a DistributedLock in namespace {ns}, or remove the gate \
@@ -574,7 +582,9 @@ pub fn explain(
     let queue = queue(&ns, lock_name, holder_uid, pods, claims);
     let Some(index) = queue.iter().position(|c| c.kind == HolderKind::Pod && Some(&c.uid) == uid.as_ref()) else {
         // Gated, not deleting, not terminal: always a waiter, unless the operator could not read it.
-        let first = format!("Pod {name} is gated for lock {lock_name} but the operator cannot queue it (no uid or creationTimestamp).");
+        let first = format!(
+            "Pod {name} is gated for lock {lock_name} but the operator cannot queue it (no uid or creationTimestamp)."
+        );
         return say(Verdict::Done, first, &notes);
     };
     let me = &queue[index];
@@ -683,12 +693,18 @@ async fn status_inner(args: StatusArgs) -> anyhow::Result<i32> {
     let leases: Option<Vec<Lease>> = match leases {
         Ok(l) => Some(l),
         Err(e) if is_forbidden(&e) => {
-            eprintln!("leasehold status: may not read Leases {where_} (403 Forbidden); holders are as the locks' status records them");
+            eprintln!(
+                "leasehold status: may not read Leases {where_} (403 Forbidden); holders are as the locks' status records them"
+            );
             None
         }
         Err(e) => return Err(anyhow::Error::new(e).context(format!("read Leases {where_}"))),
     };
-    let pods = api::<Pod>(&client, scope).list(&ListParams::default()).await.with_context(|| format!("list pods {where_}"))?.items;
+    let pods = api::<Pod>(&client, scope)
+        .list(&ListParams::default())
+        .await
+        .with_context(|| format!("list pods {where_}"))?
+        .items;
     let claims = api::<DistributedLockClaim>(&client, scope)
         .list(&ListParams::default())
         .await
@@ -699,7 +715,9 @@ async fn status_inner(args: StatusArgs) -> anyhow::Result<i32> {
         .iter()
         .map(|l| {
             let lease = match &leases {
-                Some(ls) => LeaseRead::of(ls.iter().find(|x| x.namespace() == l.namespace() && x.name_any() == l.name_any())),
+                Some(ls) => {
+                    LeaseRead::of(ls.iter().find(|x| x.namespace() == l.namespace() && x.name_any() == l.name_any()))
+                }
                 None => LeaseRead::Forbidden,
             };
             lock_report(l, lease, &pods, &claims, now)
@@ -744,7 +762,8 @@ async fn why_inner(args: WhyArgs) -> anyhow::Result<i32> {
                 Err(e) if is_forbidden(&e) => None,
                 Err(e) => return Err(anyhow::Error::new(e).context(format!("get Lease {l}"))),
             };
-            let pods = pods_api.list(&ListParams::default()).await.with_context(|| format!("list pods in namespace {ns}"))?;
+            let pods =
+                pods_api.list(&ListParams::default()).await.with_context(|| format!("list pods in namespace {ns}"))?;
             let claims = Api::<DistributedLockClaim>::namespaced(client.clone(), &ns)
                 .list(&ListParams::default())
                 .await
@@ -912,7 +931,10 @@ mod tests {
         let table = render_table(&[lock_report(&lock, LeaseRead::Missing, &[], &[], now())], false);
         assert!(table.contains("False (LeaseNotOwned)"), "{table}");
         assert!(table.contains("<no Lease>"), "{table}");
-        assert!(table.contains("lock l is not Ready (LeaseNotOwned): Lease l is not controlled by this lock"), "{table}");
+        assert!(
+            table.contains("lock l is not Ready (LeaseNotOwned): Lease l is not controlled by this lock"),
+            "{table}"
+        );
         assert!(!table.contains("POSITION"), "no queue table without waiters: {table}");
     }
 
@@ -955,7 +977,11 @@ mod tests {
         let pods = vec![pod("g", 0, json!({}), true), pod("e", 0, json!({LOCK_ANNOTATION: " "}), true)];
         let e = why("g", None, None, &pods);
         assert_eq!(e.verdict, Verdict::NoLockAnnotation);
-        assert!(e.text.contains("has no leasehold.dev/lock annotation, so no operator will ever ungate it"), "{}", e.text);
+        assert!(
+            e.text.contains("has no leasehold.dev/lock annotation, so no operator will ever ungate it"),
+            "{}",
+            e.text
+        );
         assert!(why("e", None, None, &pods).text.contains("an empty leasehold.dev/lock annotation"));
     }
 
@@ -990,7 +1016,11 @@ mod tests {
         let e = why("bad", Some(&lock), Some(&lease), &pods);
         assert!(matches!(e.verdict, Verdict::Waiting { position: 4, .. }), "{e:?}");
         assert!(e.text.contains(r#"on-busy must be "wait" or "skip", got "later""#), "{}", e.text);
-        assert!(e.text.contains(r#"max-wait must be a positive duration such as "90s" or "10m", got "banana""#), "{}", e.text);
+        assert!(
+            e.text.contains(r#"max-wait must be a positive duration such as "90s" or "10m", got "banana""#),
+            "{}",
+            e.text
+        );
         assert!(e.text.contains("the operator uses the default"), "{}", e.text);
     }
 
