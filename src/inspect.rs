@@ -26,7 +26,7 @@ use crate::controller::{candidate_of_claim, candidate_of_pod, pod_concerns_lock}
 use crate::crd::{DistributedLock, DistributedLockClaim, condition};
 use crate::lease;
 use crate::lock::fencing::parse_token;
-use crate::lock::grant::{self, Candidate, HolderKind, Phase};
+use crate::lock::grant::{self, Candidate, HolderKind, Phase, RejectReason};
 use crate::lock::policy::{self, BusyPolicy};
 use crate::lock::{GRANTED_LOCK_ANNOTATION, LOCK_ANNOTATION, SCHEDULING_GATE, TOKEN_ANNOTATION};
 use crate::lock_cli::error_text;
@@ -401,8 +401,8 @@ pub struct Explanation {
 }
 
 /// Why `pod` is (or is not) gated, at time `now`. `lock` and `lease` are the lock its
-/// `leasehold.dev/lock` annotation names and that lock's Lease (`None` when missing); `pods` and
-/// `claims` are those of the pod's namespace (to rebuild the queue).
+/// `leasehold.dev/lock` annotation names (`None` when missing) and what could be read of that
+/// lock's Lease; `pods` and `claims` are those of the pod's namespace (to rebuild the queue).
 pub fn explain(
     pod: &Pod,
     lock: Option<&DistributedLock>,
@@ -447,11 +447,13 @@ pub fn explain(
         let status = pod.status.as_ref();
         let reason = status.and_then(|s| s.reason.as_deref());
         let first = match reason {
-            Some(r @ ("LockBusy" | "LockWaitTimeout")) => format!(
-                "Pod {name} gave up waiting for lock {} ({r}: {}); it did not run and is not gated any more.",
-                lock_name.unwrap_or("?"),
-                status.and_then(|s| s.message.as_deref()).unwrap_or("")
-            ),
+            Some(r) if [RejectReason::LockBusy, RejectReason::LockWaitTimeout].iter().any(|x| x.as_str() == r) => {
+                format!(
+                    "Pod {name} gave up waiting for lock {} ({r}: {}): it did not run and is not waiting any more.",
+                    lock_name.unwrap_or("?"),
+                    status.and_then(|s| s.message.as_deref()).unwrap_or("")
+                )
+            }
             _ => {
                 let held = match (granted_lock, token) {
                     (Some(l), Some(t)) => format!(" It held lock {l} with fencing token {t}."),
