@@ -6,6 +6,7 @@ mod cluster_smoke;
 mod degraded;
 mod holder_cli;
 mod holder_roles;
+mod inspect;
 mod install;
 mod lock_lifecycle;
 mod lock_safety;

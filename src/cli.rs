@@ -1,9 +1,13 @@
 //! Command line: `leasehold operator` runs the controller, `leasehold lock` runs a command while
-//! holding a lock, `leasehold crd` prints the CRDs.
+//! holding a lock, `leasehold status` and `leasehold why` show locks and waiting pods (read-only),
+//! `leasehold crd` prints the CRDs.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand};
+use anyhow::Context as _;
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use kube::config::{KubeConfigOptions, Kubeconfig};
 
 use crate::telemetry::LogFormat;
 
@@ -23,6 +27,10 @@ pub enum Command {
     Operator(OperatorArgs),
     /// Run a command while holding a lock (waits for the grant, renews, releases on exit).
     Lock(LockArgs),
+    /// Show locks: holder, Lease, Ready condition and the waiters in grant order (read-only).
+    Status(StatusArgs),
+    /// Explain why a pod is still gated (or that it holds its lock, or is not gated).
+    Why(WhyArgs),
     /// Leave Leasehold: take the claims out of workloads and ungate waiting pods (mutual
     /// exclusion ends; see docs/install.md, "Uninstall"). Prints what it would do unless --yes.
     Ungate(crate::ungate::UngateArgs),
@@ -73,6 +81,9 @@ pub struct LockArgs {
     /// Namespace of the lock (default: the kubeconfig's namespace).
     #[arg(long, short = 'n')]
     pub namespace: Option<String>,
+    /// Which cluster (`--kubeconfig`, `--context`).
+    #[command(flatten)]
+    pub kube: KubeArgs,
     /// Identity written to the Lease's holderIdentity (default: $POD_NAME, else the authenticated
     /// user name, as `kubectl auth whoami` shows it, else <hostname>-<pid>).
     #[arg(long, env = "LEASEHOLD_IDENTITY")]
@@ -99,4 +110,85 @@ pub struct LockArgs {
     /// The command and its arguments (after `--`).
     #[arg(last = true, required = true)]
     pub command: Vec<String>,
+}
+
+/// Which cluster to talk to, chosen as kubectl chooses it.
+#[derive(Args, Debug, Clone, Default)]
+pub struct KubeArgs {
+    /// Path to the kubeconfig file (default: $KUBECONFIG, else ~/.kube/config; in a pod without
+    /// either, the in-cluster service account).
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context to use (default: its current-context).
+    #[arg(long)]
+    pub context: Option<String>,
+}
+
+impl KubeArgs {
+    /// A client for the chosen cluster; its `default_namespace()` is the context's namespace.
+    /// Without `--kubeconfig` and `--context` this is [`kube::Client::try_default`]'s choice
+    /// (kubeconfig, else in-cluster).
+    ///
+    /// # Errors
+    /// When the kubeconfig cannot be read, the context does not exist, or no configuration is
+    /// found.
+    pub async fn client(&self) -> anyhow::Result<kube::Client> {
+        let options = KubeConfigOptions { context: self.context.clone(), ..Default::default() };
+        let config = match (&self.kubeconfig, &self.context) {
+            (None, None) => kube::Config::infer().await.context("no Kubernetes configuration found")?,
+            (None, Some(context)) => kube::Config::from_kubeconfig(&options)
+                .await
+                .with_context(|| format!("cannot use kubeconfig context {context}"))?,
+            (Some(path), _) => {
+                let kubeconfig = Kubeconfig::read_from(path)
+                    .with_context(|| format!("cannot read kubeconfig {}", path.display()))?;
+                kube::Config::from_custom_kubeconfig(kubeconfig, &options)
+                    .await
+                    .with_context(|| format!("cannot use kubeconfig {}", path.display()))?
+            }
+        };
+        Ok(kube::Client::try_from(config)?)
+    }
+}
+
+/// Output format of `leasehold status`.
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OutputFormat {
+    /// Aligned columns for people.
+    #[default]
+    Table,
+    /// One JSON document for scripts.
+    Json,
+}
+
+/// Options of `leasehold status`.
+#[derive(Args, Debug, Clone)]
+pub struct StatusArgs {
+    /// Name of one DistributedLock (default: every lock in the namespace).
+    pub lock: Option<String>,
+    /// Namespace (default: the kubeconfig context's namespace).
+    #[arg(long, short = 'n')]
+    pub namespace: Option<String>,
+    /// Every namespace.
+    #[arg(long, short = 'A', conflicts_with_all = ["namespace", "lock"])]
+    pub all_namespaces: bool,
+    /// Output format.
+    #[arg(long, short = 'o', value_enum, default_value_t = OutputFormat::Table)]
+    pub output: OutputFormat,
+    /// Which cluster (`--kubeconfig`, `--context`).
+    #[command(flatten)]
+    pub kube: KubeArgs,
+}
+
+/// Options of `leasehold why`.
+#[derive(Args, Debug, Clone)]
+pub struct WhyArgs {
+    /// Name of the pod.
+    pub pod: String,
+    /// Namespace of the pod (default: the kubeconfig context's namespace).
+    #[arg(long, short = 'n')]
+    pub namespace: Option<String>,
+    /// Which cluster (`--kubeconfig`, `--context`).
+    #[command(flatten)]
+    pub kube: KubeArgs,
 }

@@ -12,6 +12,7 @@ pub mod crd;
 pub mod error;
 pub mod health;
 pub mod holder;
+pub mod inspect;
 pub mod leader;
 pub mod lease;
 pub mod lock;

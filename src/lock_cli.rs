@@ -51,7 +51,7 @@ pub async fn run(args: LockArgs) -> i32 {
 
 /// The error and its causes, `: `-separated, leaving out a cause whose text the message before
 /// it already contains (errors that print their source, as most here do, would repeat it).
-fn error_text(e: &anyhow::Error) -> String {
+pub(crate) fn error_text(e: &anyhow::Error) -> String {
     let mut text = String::new();
     for cause in e.chain() {
         let part = cause.to_string();
@@ -69,7 +69,7 @@ async fn run_inner(args: LockArgs) -> anyhow::Result<i32> {
     // Catch signals from the first moment: one that arrives while the claim is being created
     // must still take it out of the queue (and one between grant and spawn reaches the command).
     let mut signals = catch_signals()?;
-    let client = kube::Client::try_default().await?;
+    let client = args.kube.client().await?;
     let namespace = args.namespace.clone().unwrap_or_else(|| client.default_namespace().to_string());
     let identity = match args.identity.clone() {
         Some(id) => id,

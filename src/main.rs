@@ -17,6 +17,8 @@ async fn main() -> anyhow::Result<()> {
             leasehold::telemetry::init(leasehold::telemetry::LogFormat::Plain);
             std::process::exit(leasehold::lock_cli::run(args).await);
         }
+        Command::Status(args) => std::process::exit(leasehold::inspect::status(args).await),
+        Command::Why(args) => std::process::exit(leasehold::inspect::why(args).await),
         Command::LockWatchdog(args) => leasehold::watchdog::run(args),
         Command::Ungate(args) => std::process::exit(leasehold::ungate::run(args).await?),
         Command::Operator(args) => {

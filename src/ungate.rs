@@ -12,9 +12,9 @@ use anyhow::Context as _;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::batch::v1::CronJob;
 use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::core::TypeMeta;
-use kube::{Client, ResourceExt};
 use serde_json::Value;
 
 use crate::controller::workload::SINGLETON_ANNOTATION;
@@ -33,6 +33,9 @@ pub struct UngateArgs {
     /// Make the changes (without it, only print them).
     #[arg(long)]
     pub yes: bool,
+    /// Which cluster (`--kubeconfig`, `--context`).
+    #[command(flatten)]
+    pub kube: crate::cli::KubeArgs,
 }
 
 /// The workload kinds whose pod templates carry claims: kind and the template's path in `spec`'s
@@ -102,7 +105,7 @@ pub fn ungate_patch(pod: &Pod) -> Option<Value> {
 /// # Errors
 /// When the cluster cannot be reached or listed.
 pub async fn run(args: UngateArgs) -> anyhow::Result<i32> {
-    let client = Client::try_default().await.context("connecting to the cluster")?;
+    let client = args.kube.client().await?;
     let ns = if args.all_namespaces {
         None
     } else {

@@ -286,10 +286,7 @@ fn candidates_of(ctx: &Context, ns: &str, lock: &str) -> Vec<Candidate> {
         .state()
         .into_iter()
         .filter(|p| p.namespace().as_deref() == Some(ns))
-        .filter(|p| {
-            p.annotations().get(LOCK_ANNOTATION).map(|v| v.trim()) == Some(lock)
-                || p.annotations().get(GRANTED_LOCK_ANNOTATION).map(String::as_str) == Some(lock)
-        })
+        .filter(|p| pod_concerns_lock(p, lock))
         .filter_map(|p| candidate_of_pod(&p, lock, node_lost(ctx, &p)));
     let claims = ctx
         .claims
@@ -298,6 +295,13 @@ fn candidates_of(ctx: &Context, ns: &str, lock: &str) -> Vec<Candidate> {
         .filter(|c| c.namespace().as_deref() == Some(ns) && c.spec.lock == lock)
         .filter_map(|c| candidate_of_claim(&c));
     pods.chain(claims).collect()
+}
+
+/// Whether `pod` is a candidate for `lock`: its `leasehold.dev/lock` annotation names it, or it
+/// was granted it (`leasehold.dev/granted-lock`).
+pub fn pod_concerns_lock(pod: &Pod, lock: &str) -> bool {
+    pod.annotations().get(LOCK_ANNOTATION).map(|v| v.trim()) == Some(lock)
+        || pod.annotations().get(GRANTED_LOCK_ANNOTATION).map(String::as_str) == Some(lock)
 }
 
 /// Whether `pod` is bound to a node that is not Ready (NotReady, Unknown, or missing from the

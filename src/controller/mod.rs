@@ -5,6 +5,8 @@ mod distributed_lock;
 mod pod;
 pub mod workload;
 
+pub use distributed_lock::{candidate_of_claim, candidate_of_pod, pod_concerns_lock};
+
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};

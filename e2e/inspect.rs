@@ -1,0 +1,148 @@
+//! `leasehold status` and `leasehold why` (read-only views), run as the real binary against the
+//! real control plane, as an operator would run them.
+
+use std::process::Command;
+
+use leasehold::crd::DistributedLock;
+use serde_json::{Value, json};
+
+use crate::install::{create_token, token_kubeconfig};
+use crate::support::{TestNs, WAIT, is_gated, token_of, wait_pod, wait_until};
+
+/// Runs `leasehold <args>` with the test's admin kubeconfig in `KUBECONFIG`; returns
+/// (exit status, stdout, stderr).
+fn leasehold(ns: &TestNs, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(args)
+        .env("KUBECONFIG", &ns.kubeconfig)
+        .output()
+        .expect("run leasehold");
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (out.status.code().unwrap_or(-1), text(&out.stdout), text(&out.stderr))
+}
+
+/// Like [`leasehold`], and it must exit 0; returns stdout.
+fn leasehold_ok(ns: &TestNs, args: &[&str]) -> String {
+    let (code, out, err) = leasehold(ns, args);
+    assert_eq!(code, 0, "leasehold {args:?} exited {code}; stdout:\n{out}\nstderr:\n{err}");
+    out
+}
+
+#[tokio::test]
+async fn status_and_why_show_the_holder_and_the_waiters_in_grant_order() {
+    let mut ns = TestNs::new("inspect").await;
+    ns.create_lock("l", json!({})).await;
+    ns.start_operator(&[]);
+    ns.create_gated_pod("holder", "l", "10m").await;
+    let holder = wait_pod(&ns, "holder", "granted", |p| !is_gated(p)).await;
+    let token = token_of(&holder).expect("the holder carries its token");
+    // creationTimestamp has one-second resolution: space the waiters so their order is by time
+    // (and would still be w1, w2 by name within one second).
+    ns.create_gated_pod("w1", "l", "1s").await;
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    ns.create_gated_pod("w2", "l", "1s").await;
+    let locks = ns.api::<DistributedLock>();
+    wait_until("the operator's status lists w1, w2", WAIT, || async {
+        locks.get("l").await.ok().and_then(|l| l.status).is_some_and(|s| s.waiters == ["w1", "w2"])
+    })
+    .await;
+
+    // The table: the lock's row names the holder with its token, the queue rows are in order.
+    let table = leasehold_ok(&ns, &["status", "-n", &ns.ns]);
+    let lines: Vec<&str> = table.lines().collect();
+    let row: Vec<&str> =
+        lines.iter().find(|l| l.starts_with("l ")).expect("a row for lock l").split_whitespace().collect();
+    assert_eq!(&row[..3], ["l", "holder", &token.to_string()], "{table}");
+    assert_eq!(row[5], "holder", "the Lease names the holder: {table}");
+    assert!(row.contains(&"True"), "Ready: {table}");
+    assert_eq!(row.last(), Some(&"2"), "two waiting: {table}");
+    let queue: Vec<(&str, &str)> = lines
+        .iter()
+        .skip_while(|l| !l.starts_with("LOCK   POSITION"))
+        .skip(1)
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .filter(|c| c.len() > 2)
+        .map(|c| (c[1], c[2]))
+        .collect();
+    assert_eq!(queue, [("1", "w1"), ("2", "w2")], "{table}");
+
+    // The same as JSON, for one lock, with the cluster chosen by --kubeconfig alone.
+    let kubeconfig = ns.kubeconfig.to_string_lossy().into_owned();
+    let out = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["status", "l", "-o", "json", "-n", &ns.ns, "--kubeconfig", &kubeconfig])
+        .env_remove("KUBECONFIG")
+        .env("HOME", "/nonexistent")
+        .output()
+        .expect("run leasehold status");
+    assert!(out.status.success(), "status -o json: {}", String::from_utf8_lossy(&out.stderr));
+    let doc: Value = serde_json::from_slice(&out.stdout).expect("status -o json is JSON");
+    let lock = &doc["locks"][0];
+    assert_eq!(doc["locks"].as_array().map(Vec::len), Some(1), "{doc}");
+    assert_eq!(lock["name"], "l");
+    assert_eq!(lock["namespace"], ns.ns.as_str());
+    assert_eq!(lock["holder"]["name"], "holder", "{doc}");
+    assert_eq!(lock["holder"]["token"], token, "{doc}");
+    assert_eq!(lock["lease"]["holderIdentity"], "holder", "{doc}");
+    assert_eq!(lock["ready"]["status"], "True", "{doc}");
+    let waiters: Vec<(&str, u64)> = lock["waiters"]
+        .as_array()
+        .expect("waiters")
+        .iter()
+        .map(|w| (w["name"].as_str().unwrap(), w["position"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(waiters, [("w1", 1), ("w2", 2)], "{doc}");
+    assert!(lock["waiters"][0]["waitedSeconds"].as_i64().is_some_and(|s| s >= 1), "{doc}");
+
+    // why: the second waiter, the holder.
+    let w2 = leasehold_ok(&ns, &["why", "w2", "-n", &ns.ns]);
+    assert!(w2.contains(&format!("for lock l, held by pod holder with fencing token {token}")), "{w2}");
+    assert!(w2.contains("position 2 of 2 in the queue, behind w1 "), "{w2}");
+    let h = leasehold_ok(&ns, &["why", "holder", "-n", &ns.ns]);
+    assert!(h.contains(&format!("holds lock l with fencing token {token}")), "{h}");
+
+    // A reader who may not read Leases (as with the built-in `view` role) still gets the holder,
+    // from the lock's status, and the same queue; the namespace is its kubeconfig context's.
+    ns.kubectl(&["create", "serviceaccount", "reader"]);
+    let resources = "--resource=distributedlocks.leasehold.dev,distributedlockclaims.leasehold.dev,pods";
+    ns.kubectl(&["create", "role", "reader", "--verb=get,list", resources]);
+    let sa = format!("--serviceaccount={}:reader", ns.ns);
+    ns.kubectl(&["create", "rolebinding", "reader", "--role=reader", &sa]);
+    let reader = token_kubeconfig(&ns, "reader", &create_token(&ns, "reader", None));
+    let reader = reader.to_string_lossy().into_owned();
+    let (code, out, err) = leasehold(&ns, &["status", "-o", "json", "--kubeconfig", &reader]);
+    assert_eq!(code, 0, "status as reader: {err}");
+    assert!(err.contains("may not read Leases in namespace"), "{err}");
+    let doc: Value = serde_json::from_str(&out).expect("JSON");
+    let lock = &doc["locks"][0];
+    assert_eq!((&lock["holder"]["name"], &lock["leaseForbidden"]), (&json!("holder"), &json!(true)), "{doc}");
+    let names: Vec<&str> = lock["waiters"].as_array().unwrap().iter().map(|w| w["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["w1", "w2"], "{doc}");
+    let w2 = leasehold_ok(&ns, &["why", "w2", "--kubeconfig", &reader]);
+    assert!(w2.contains("held by pod holder") && w2.contains("position 2 of 2"), "{w2}");
+    assert!(w2.contains("403 Forbidden"), "{w2}");
+    ns.cleanup().await;
+}
+
+#[tokio::test]
+async fn why_and_status_say_when_a_lock_or_pod_does_not_exist() {
+    let mut ns = TestNs::new("inspect-missing").await;
+    ns.start_operator(&[]);
+    ns.create_gated_pod("orphan", "nope", "1s").await;
+
+    let why = leasehold_ok(&ns, &["why", "orphan", "-n", &ns.ns]);
+    assert!(why.contains(&format!("waits for lock nope, which does not exist in namespace {}", ns.ns)), "{why}");
+
+    let (code, out, err) = leasehold(&ns, &["status", "nope", "-n", &ns.ns]);
+    assert_eq!(code, 1, "status of a missing lock; stdout:\n{out}");
+    assert!(err.contains(&format!("DistributedLock nope not found in namespace {}", ns.ns)), "{err}");
+    assert!(out.is_empty(), "{out}");
+
+    let (code, _, err) = leasehold(&ns, &["why", "ghost", "-n", &ns.ns]);
+    assert_eq!(code, 1);
+    assert!(err.contains(&format!("pod ghost not found in namespace {}", ns.ns)), "{err}");
+
+    let (code, _, err) = leasehold(&ns, &["status", "-n", &ns.ns, "--context", "no-such-context"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("no-such-context"), "{err}");
+    ns.cleanup().await;
+}

@@ -1,0 +1,1072 @@
+//! `leasehold status` and `leasehold why`: an operator's read-only view of locks and waiting pods.
+//!
+//! The decisions of what to show are pure functions of the objects ([`lock_report`],
+//! [`render_table`], [`explain`]); [`status`] and [`why`] only fetch the objects and print. The
+//! queue is the operator's own: the same candidate conversion
+//! ([`crate::controller::candidate_of_pod`], [`crate::controller::candidate_of_claim`]) and the
+//! same order ([`grant::queue_of`]), without the holder.
+//!
+//! Waiting times are measured from the waiter's `metadata.creationTimestamp` (a pod waits at its
+//! gate from creation, a claim is created when it joins the queue). The operator's own clock for
+//! `max-wait` starts when it first saw the waiter, so it can be shorter.
+
+use std::io::Write as _;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, ListParams};
+use kube::{Client, ResourceExt};
+use serde::Serialize;
+
+use crate::cli::{OutputFormat, StatusArgs, WhyArgs};
+use crate::controller::{candidate_of_claim, candidate_of_pod, pod_concerns_lock};
+use crate::crd::{DistributedLock, DistributedLockClaim, condition};
+use crate::lease;
+use crate::lock::fencing::parse_token;
+use crate::lock::grant::{self, Candidate, HolderKind, Phase, RejectReason};
+use crate::lock::policy::{self, BusyPolicy};
+use crate::lock::{GRANTED_LOCK_ANNOTATION, LOCK_ANNOTATION, SCHEDULING_GATE, TOKEN_ANNOTATION};
+use crate::lock_cli::error_text;
+
+/// Exit status of `status` / `why` when the lock or pod does not exist, or the API fails.
+pub const EXIT_ERROR: i32 = 1;
+
+/// One lock as `leasehold status` shows it (also its `-o json` form).
+#[derive(Serialize, Debug, Clone, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct LockReport {
+    /// Namespace of the lock.
+    pub namespace: String,
+    /// Name of the lock.
+    pub name: String,
+    /// The `Ready` condition.
+    pub ready: ReadyReport,
+    /// The holder as the lock's status records it (`status.holder`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub holder: Option<HolderReport>,
+    /// The Lease backing the lock; `None` when it does not exist or cannot be read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lease: Option<LeaseReport>,
+    /// The caller may not read the Lease (403); `holder` is then all there is.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub lease_forbidden: bool,
+    /// `status.highestToken`.
+    pub highest_token: i64,
+    /// The waiters in grant order (the operator's queue, without the holder).
+    pub waiters: Vec<WaiterReport>,
+}
+
+/// The `Ready` condition of a lock.
+#[derive(Serialize, Debug, Clone, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ReadyReport {
+    /// `True`, `False`, or `Unknown` (no condition yet: the operator has not reconciled the lock).
+    pub status: String,
+    /// The condition's reason.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The condition's message.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// The holder of a lock (`status.holder`).
+#[derive(Serialize, Debug, Clone, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct HolderReport {
+    /// Pod name or claim identity.
+    pub name: String,
+    /// Fencing token of the grant.
+    pub token: i64,
+    /// When the grant was written (RFC 3339).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub since: Option<String>,
+    /// Seconds since `since`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub held_seconds: Option<i64>,
+}
+
+/// The Lease backing a lock, the source of truth for who holds it.
+#[derive(Serialize, Debug, Clone, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct LeaseReport {
+    /// `spec.holderIdentity`; `None` when the lock is free.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub holder_identity: Option<String>,
+    /// `Pod` or `Claim` (`leasehold.dev/holder-kind`), when held.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub holder_kind: Option<String>,
+    /// The token annotation (the current or last grant's token).
+    pub token: i64,
+    /// `spec.renewTime` (RFC 3339).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub renew_time: Option<String>,
+    /// Seconds since `renewTime`, by this machine's clock.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub renewed_seconds_ago: Option<i64>,
+}
+
+/// One waiter in the queue.
+#[derive(Serialize, Debug, Clone, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct WaiterReport {
+    /// 1 = next to be granted.
+    pub position: usize,
+    /// `Pod` or `Claim`.
+    pub kind: String,
+    /// Object name.
+    pub name: String,
+    /// The identity it would hold under (the pod name, or the claim's `spec.identity`).
+    pub identity: String,
+    /// Its `metadata.creationTimestamp` (RFC 3339): what the wait is measured from.
+    pub created: String,
+    /// Seconds since `created`.
+    pub waited_seconds: i64,
+}
+
+/// What could be read of a lock's Lease.
+#[derive(Clone, Copy, Debug)]
+pub enum LeaseRead<'a> {
+    /// The Lease.
+    Found(&'a Lease),
+    /// It does not exist.
+    Missing,
+    /// The caller may not read it (403): the lock's `status.holder` stands in for it.
+    Forbidden,
+}
+
+impl<'a> LeaseRead<'a> {
+    /// From the answer of a GET.
+    pub fn of(lease: Option<&'a Lease>) -> Self {
+        lease.map_or(LeaseRead::Missing, LeaseRead::Found)
+    }
+
+    fn lease(self) -> Option<&'a Lease> {
+        match self {
+            LeaseRead::Found(l) => Some(l),
+            _ => None,
+        }
+    }
+}
+
+/// The holder of a lock: the Lease's, or the lock status's when the Lease cannot be read.
+#[derive(Clone, Debug, PartialEq)]
+struct CurrentHolder {
+    name: String,
+    uid: Option<String>,
+    kind: HolderKind,
+    token: i64,
+}
+
+fn current_holder(lock: Option<&DistributedLock>, lease: LeaseRead<'_>) -> Option<CurrentHolder> {
+    match lease {
+        LeaseRead::Found(l) => {
+            let view = lease::view(l);
+            view.holder.map(|h| CurrentHolder { name: h.name, uid: h.uid, kind: h.kind, token: view.token })
+        }
+        LeaseRead::Missing => None,
+        LeaseRead::Forbidden => lock.and_then(|l| l.status.as_ref()?.holder.as_ref()).map(|h| CurrentHolder {
+            name: h.name.clone(),
+            uid: h.uid.clone(),
+            kind: HolderKind::Pod,
+            token: h.token,
+        }),
+    }
+}
+
+/// `leasehold status`'s JSON document.
+#[derive(Serialize, Debug, Clone, PartialEq)]
+pub struct StatusDocument {
+    /// Every lock shown.
+    pub locks: Vec<LockReport>,
+}
+
+/// The operator's queue for `lock` (in namespace `ns`): every pod and claim of that namespace
+/// that is a candidate for it, converted as the operator converts them, in grant order
+/// ([`grant::queue_of`]), without the holder with UID `holder_uid` (the operator never lists
+/// it as a waiter).
+pub fn queue(
+    ns: &str,
+    lock: &str,
+    holder_uid: Option<&str>,
+    pods: &[Pod],
+    claims: &[DistributedLockClaim],
+) -> Vec<Candidate> {
+    let candidates: Vec<Candidate> = pods
+        .iter()
+        .filter(|p| p.namespace().as_deref() == Some(ns) && pod_concerns_lock(p, lock))
+        .filter_map(|p| candidate_of_pod(p, lock, false))
+        .chain(
+            claims
+                .iter()
+                .filter(|c| c.namespace().as_deref() == Some(ns) && c.spec.lock == lock)
+                .filter_map(candidate_of_claim),
+        )
+        .collect();
+    grant::queue_of(&candidates).into_iter().filter(|c| Some(c.uid.as_str()) != holder_uid).cloned().collect()
+}
+
+/// What `leasehold status` shows for one lock, at time `now`. `pods` and `claims` may contain
+/// objects of other locks and namespaces: only the lock's candidates are kept.
+pub fn lock_report(
+    lock: &DistributedLock,
+    lease: LeaseRead<'_>,
+    pods: &[Pod],
+    claims: &[DistributedLockClaim],
+    now: Timestamp,
+) -> LockReport {
+    let ns = lock.namespace().unwrap_or_default();
+    let name = lock.name_any();
+    let status = lock.status.clone().unwrap_or_default();
+    let ready = match status.conditions.iter().find(|c| c.type_ == condition::READY) {
+        Some(c) => ReadyReport {
+            status: c.status.clone(),
+            reason: Some(c.reason.clone()).filter(|r| !r.is_empty()),
+            message: Some(c.message.clone()).filter(|m| !m.is_empty()),
+        },
+        None => ReadyReport { status: "Unknown".into(), reason: None, message: None },
+    };
+    let holder = status.holder.as_ref().map(|h| HolderReport {
+        name: h.name.clone(),
+        token: h.token,
+        since: h.since.as_ref().map(|t| rfc3339(t.0)),
+        held_seconds: h.since.as_ref().map(|t| seconds_since(t.0, now)),
+    });
+    let lease_report = lease.lease().map(|l| {
+        let view = lease::view(l);
+        let renew = l.spec.as_ref().and_then(|s| s.renew_time.as_ref()).map(|t| t.0);
+        LeaseReport {
+            holder_identity: view.holder.as_ref().map(|h| h.name.clone()),
+            holder_kind: view.holder.as_ref().map(|h| h.kind.as_str().to_string()),
+            token: view.token,
+            renew_time: renew.map(rfc3339),
+            renewed_seconds_ago: renew.map(|t| seconds_since(t, now)),
+        }
+    });
+    let holder_uid = current_holder(Some(lock), lease).and_then(|h| h.uid);
+    let waiters = queue(&ns, &name, holder_uid.as_deref(), pods, claims)
+        .iter()
+        .enumerate()
+        .map(|(i, c)| WaiterReport {
+            position: i + 1,
+            kind: c.kind.as_str().to_string(),
+            name: c.name.clone(),
+            identity: c.identity.clone(),
+            created: rfc3339(c.created),
+            waited_seconds: seconds_since(c.created, now),
+        })
+        .collect();
+    LockReport {
+        namespace: ns,
+        name,
+        ready,
+        holder,
+        lease: lease_report,
+        lease_forbidden: matches!(lease, LeaseRead::Forbidden),
+        highest_token: status.highest_token,
+        waiters,
+    }
+}
+
+/// The table `leasehold status` prints: one row per lock, then (when anyone waits) one row per
+/// waiter in grant order. `namespaces` adds a NAMESPACE column (`-A`).
+pub fn render_table(reports: &[LockReport], namespaces: bool) -> String {
+    let mut tw = tabwriter::TabWriter::new(vec![]).padding(3);
+    let ns_col = |r: &LockReport| if namespaces { format!("{}\t", r.namespace) } else { String::new() };
+    let ns_head = if namespaces { "NAMESPACE\t" } else { "" };
+    let _ = writeln!(tw, "{ns_head}LOCK\tHOLDER\tTOKEN\tHELD SINCE\tHELD FOR\tLEASE HOLDER\tRENEWED\tREADY\tWAITING");
+    for r in reports {
+        let (holder, token, since, held) = match &r.holder {
+            Some(h) => (
+                h.name.clone(),
+                h.token.to_string(),
+                h.since.clone().unwrap_or_else(|| "-".into()),
+                h.held_seconds.map(age).unwrap_or_else(|| "-".into()),
+            ),
+            None => ("<none>".into(), "-".into(), "-".into(), "-".into()),
+        };
+        let (lease_holder, renewed) = match &r.lease {
+            Some(l) => (
+                l.holder_identity.clone().unwrap_or_else(|| "<none>".into()),
+                l.renewed_seconds_ago.map(|s| format!("{} ago", age(s))).unwrap_or_else(|| "-".into()),
+            ),
+            None if r.lease_forbidden => ("<forbidden>".into(), "-".into()),
+            None => ("<no Lease>".into(), "-".into()),
+        };
+        let ready = match (&r.ready.status[..], &r.ready.reason) {
+            ("True", _) | (_, None) => r.ready.status.clone(),
+            (s, Some(reason)) => format!("{s} ({reason})"),
+        };
+        let _ = writeln!(
+            tw,
+            "{}{}\t{holder}\t{token}\t{since}\t{held}\t{lease_holder}\t{renewed}\t{ready}\t{}",
+            ns_col(r),
+            r.name,
+            r.waiters.len()
+        );
+    }
+    let mut out = String::from_utf8(tw.into_inner().unwrap_or_default()).unwrap_or_default();
+    if reports.iter().any(|r| !r.waiters.is_empty()) {
+        let mut tw = tabwriter::TabWriter::new(vec![]).padding(3);
+        let _ = writeln!(tw, "{ns_head}LOCK\tPOSITION\tWAITER\tKIND\tCREATED\tWAITED (SINCE CREATED)");
+        for r in reports {
+            for w in &r.waiters {
+                let who = if w.kind == "Claim" { format!("{} ({})", w.name, w.identity) } else { w.name.clone() };
+                let _ = writeln!(
+                    tw,
+                    "{}{}\t{}\t{who}\t{}\t{}\t{}",
+                    ns_col(r),
+                    r.name,
+                    w.position,
+                    w.kind,
+                    w.created,
+                    age(w.waited_seconds)
+                );
+            }
+        }
+        out.push('\n');
+        out.push_str(&String::from_utf8(tw.into_inner().unwrap_or_default()).unwrap_or_default());
+    }
+    // Non-ready locks: their message, which does not fit in a column.
+    for r in reports.iter().filter(|r| r.ready.status == "False") {
+        let ns = if namespaces { format!("{}/", r.namespace) } else { String::new() };
+        let reason = r.ready.reason.as_deref().unwrap_or("");
+        out.push_str(&format!(
+            "\nlock {ns}{} is not Ready ({reason}): {}\n",
+            r.name,
+            r.ready.message.as_deref().unwrap_or("")
+        ));
+    }
+    out
+}
+
+/// Where a pod stands, as `leasehold why` decides it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// The pod holds `lock` with this fencing token.
+    Holds {
+        /// The lock.
+        lock: String,
+        /// Its fencing token.
+        token: i64,
+    },
+    /// The pod waits in the queue of `lock` at this position (1 = next).
+    Waiting {
+        /// The lock.
+        lock: String,
+        /// 1-based position in the queue.
+        position: usize,
+    },
+    /// The Lease names the pod but the operator has not ungated it yet.
+    GrantInProgress {
+        /// The lock.
+        lock: String,
+    },
+    /// The pod names a lock that does not exist.
+    LockMissing {
+        /// The lock.
+        lock: String,
+    },
+    /// The pod is gated but names no lock (or an empty one): nothing will ever ungate it.
+    NoLockAnnotation,
+    /// The pod names a lock but is neither gated nor holding: it runs without the lock.
+    UngatedWithoutGrant {
+        /// The lock.
+        lock: String,
+    },
+    /// The pod was granted `lock` but the Lease names someone else now.
+    LostGrant {
+        /// The lock.
+        lock: String,
+        /// The token it was granted.
+        token: i64,
+    },
+    /// Succeeded or Failed (possibly by giving up waiting), or being deleted: it neither waits nor
+    /// holds.
+    Done,
+    /// Not gated and names no lock: Leasehold does not concern it.
+    NotGated,
+}
+
+/// `leasehold why`'s answer: the verdict and one paragraph a person can act on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Explanation {
+    /// The verdict.
+    pub verdict: Verdict,
+    /// The paragraph.
+    pub text: String,
+}
+
+/// Why `pod` is (or is not) gated, at time `now`. `lock` and `lease` are the lock its
+/// `leasehold.dev/lock` annotation names (`None` when missing) and what could be read of that
+/// lock's Lease; `pods` and `claims` are those of the pod's namespace (to rebuild the queue).
+pub fn explain(
+    pod: &Pod,
+    lock: Option<&DistributedLock>,
+    lease: LeaseRead<'_>,
+    pods: &[Pod],
+    claims: &[DistributedLockClaim],
+    now: Timestamp,
+) -> Explanation {
+    let name = pod.name_any();
+    let ns = pod.namespace().unwrap_or_default();
+    let ann = |k: &str| pod.annotations().get(k).map(String::as_str);
+    let gated = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.scheduling_gates.as_ref())
+        .is_some_and(|g| g.iter().any(|g| g.name == SCHEDULING_GATE));
+    let lock_name = ann(LOCK_ANNOTATION).map(str::trim);
+    let granted_lock = ann(GRANTED_LOCK_ANNOTATION);
+    let token = ann(TOKEN_ANNOTATION).and_then(parse_token);
+    let phase = Phase::parse(pod.status.as_ref().and_then(|s| s.phase.as_deref()));
+
+    // What is wrong with the policy annotations (the operator then uses the defaults).
+    let mut notes: Vec<String> = [
+        policy::parse_on_busy(ann(policy::ON_BUSY_ANNOTATION)).err(),
+        policy::parse_max_wait(ann(policy::MAX_WAIT_ANNOTATION)).err(),
+    ]
+    .into_iter()
+    .flatten()
+    .map(|e| format!("Its {e}; the operator uses the default (wait in FIFO order, no time limit)."))
+    .collect();
+
+    let say = |verdict: Verdict, first: String, notes: &[String]| {
+        let mut text = first;
+        for n in notes {
+            text.push(' ');
+            text.push_str(n);
+        }
+        Explanation { verdict, text }
+    };
+
+    if matches!(phase, Phase::Succeeded | Phase::Failed) {
+        let status = pod.status.as_ref();
+        let reason = status.and_then(|s| s.reason.as_deref());
+        let first = match reason {
+            Some(r) if [RejectReason::LockBusy, RejectReason::LockWaitTimeout].iter().any(|x| x.as_str() == r) => {
+                format!(
+                    "Pod {name} gave up waiting for lock {} ({r}: {}): it did not run and is not waiting any more.",
+                    lock_name.unwrap_or("?"),
+                    status.and_then(|s| s.message.as_deref()).unwrap_or("")
+                )
+            }
+            _ => {
+                let held = match (granted_lock, token) {
+                    (Some(l), Some(t)) => format!(" It held lock {l} with fencing token {t}."),
+                    _ => String::new(),
+                };
+                format!("Pod {name} has finished ({phase:?}): it neither waits nor holds a lock.{held}")
+            }
+        };
+        return say(Verdict::Done, first, &[]);
+    }
+    if pod.metadata.deletion_timestamp.is_some() {
+        let first = if gated {
+            format!("Pod {name} is being deleted before it was granted: it left the queue and will never start.")
+        } else {
+            format!(
+                "Pod {name} is being deleted; while its containers may still run it keeps any lock it holds, \
+                 which is released once the pod object is gone."
+            )
+        };
+        return say(Verdict::Done, first, &[]);
+    }
+
+    let Some(lock_name) = lock_name.filter(|l| !l.is_empty()) else {
+        if gated {
+            let what = if lock_name.is_some() {
+                "an empty leasehold.dev/lock annotation"
+            } else {
+                "no leasehold.dev/lock annotation"
+            };
+            let first = format!(
+                "Pod {name} waits at the {SCHEDULING_GATE} scheduling gate but has {what}, so no operator will ever \
+                 ungate it: set the annotation to the name of a DistributedLock in namespace {ns}, or remove the gate \
+                 (the pod then runs without a lock)."
+            );
+            return say(Verdict::NoLockAnnotation, first, &notes);
+        }
+        let first = format!("Pod {name} is not gated by Leasehold and names no lock: Leasehold does not hold it back.");
+        return say(Verdict::NotGated, first, &notes);
+    };
+
+    let lease_holder = current_holder(lock, lease);
+    let uid = pod.metadata.uid.clone();
+    let named_by_lease = lease_holder.as_ref().is_some_and(|h| h.name == name && h.uid.is_some() && h.uid == uid);
+    let lease_token = lease_holder.as_ref().map(|h| h.token).unwrap_or(0);
+    if matches!(lease, LeaseRead::Forbidden) {
+        notes.push(format!(
+            "(The Lease {lock_name} could not be read, 403 Forbidden: the holder is as the lock's status records it.)"
+        ));
+    }
+    if granted_lock.is_some_and(|g| g != lock_name) {
+        notes.push(format!(
+            "It was granted lock {} (annotation {GRANTED_LOCK_ANNOTATION}) but its {LOCK_ANNOTATION} annotation now \
+             names {lock_name}.",
+            granted_lock.unwrap_or_default()
+        ));
+    }
+
+    if !gated {
+        if named_by_lease {
+            let t = token.unwrap_or(lease_token);
+            let since = lock
+                .and_then(|l| l.status.as_ref()?.holder.as_ref()?.since.as_ref())
+                .map(|s| format!(" (granted {} ago)", age(seconds_since(s.0, now))))
+                .unwrap_or_default();
+            let first = format!(
+                "Pod {name} holds lock {lock_name} with fencing token {t}{since}; it keeps it until it succeeds, \
+                 fails or is deleted."
+            );
+            return say(Verdict::Holds { lock: lock_name.to_string(), token: t }, first, &notes);
+        }
+        if let (Some(t), Some(_)) = (token, granted_lock) {
+            let now_held = match &lease_holder {
+                Some(h) => format!("the Lease now names {}", h.name),
+                None if matches!(lease, LeaseRead::Found(_)) => "the Lease now names nobody".to_string(),
+                None => "the lock's Lease does not exist".to_string(),
+            };
+            let first = format!(
+                "Pod {name} was granted lock {} with fencing token {t}, but {now_held}: it no longer holds the lock \
+                 (taken back after its node was lost, or the Lease was edited) while it may still run. Only the \
+                 fencing token protects the data now; stop the pod if it should not run on.",
+                granted_lock.unwrap_or(lock_name)
+            );
+            return say(Verdict::LostGrant { lock: lock_name.to_string(), token: t }, first, &notes);
+        }
+        let first = format!(
+            "Pod {name} names lock {lock_name} but is not waiting at the {SCHEDULING_GATE} scheduling gate and was \
+             never granted the lock: it runs without it (created without the gate, or spec.nodeName bypasses the \
+             scheduler). Recreate it with the gate (the chart's admission policy adds it) to make it wait its turn."
+        );
+        return say(Verdict::UngatedWithoutGrant { lock: lock_name.to_string() }, first, &notes);
+    }
+
+    // Gated and names a lock.
+    let Some(lock) = lock else {
+        let first = format!(
+            "Pod {name} waits for lock {lock_name}, which does not exist in namespace {ns}: create the \
+             DistributedLock {lock_name} (spec: {{}} is enough) or fix the pod's {LOCK_ANNOTATION} annotation."
+        );
+        return say(Verdict::LockMissing { lock: lock_name.to_string() }, first, &notes);
+    };
+    let ready = lock.status.as_ref().and_then(|s| s.conditions.iter().find(|c| c.type_ == condition::READY));
+    match ready {
+        Some(c) if c.status == "False" => notes.insert(
+            0,
+            format!(
+                "The lock is not Ready ({}: {}): the operator grants nothing until that is resolved.",
+                c.reason, c.message
+            ),
+        ),
+        None => notes.insert(
+            0,
+            format!(
+                "The lock has no Ready condition yet: no operator has reconciled it; check that one runs and \
+                 serves namespace {ns}."
+            ),
+        ),
+        _ => {}
+    }
+    if named_by_lease {
+        let first = format!(
+            "Pod {name} has been granted lock {lock_name} (the Lease names it, token {lease_token}) but is still \
+             gated: the operator removes the gate on its next step; if it stays gated, check the operator's log."
+        );
+        return say(Verdict::GrantInProgress { lock: lock_name.to_string() }, first, &notes);
+    }
+
+    let holder_uid = lease_holder.as_ref().and_then(|h| h.uid.as_deref());
+    let queue = queue(&ns, lock_name, holder_uid, pods, claims);
+    let Some(index) = queue.iter().position(|c| c.kind == HolderKind::Pod && Some(&c.uid) == uid.as_ref()) else {
+        // Gated, not deleting, not terminal: always a waiter, unless the operator could not read it.
+        let first = format!(
+            "Pod {name} is gated for lock {lock_name} but the operator cannot queue it (no uid or creationTimestamp)."
+        );
+        return say(Verdict::Done, first, &notes);
+    };
+    let me = &queue[index];
+    let held_by = match &lease_holder {
+        Some(h) => {
+            let kind = if h.kind == HolderKind::Claim { "claim holder" } else { "pod" };
+            let since = lock
+                .status
+                .as_ref()
+                .and_then(|s| s.holder.as_ref())
+                .filter(|s| s.name == h.name)
+                .and_then(|s| s.since.as_ref())
+                .map(|s| format!(" for {}", age(seconds_since(s.0, now))))
+                .unwrap_or_default();
+            format!("held by {kind} {} with fencing token {lease_token}{since}", h.name)
+        }
+        None => match lease {
+            LeaseRead::Found(_) | LeaseRead::Forbidden => "which is free".to_string(),
+            LeaseRead::Missing => "which has no Lease yet".to_string(),
+        },
+    };
+    let place = if index == 0 {
+        format!("It is at position 1 of {} in the queue: next to be granted", queue.len())
+    } else {
+        let ahead: Vec<String> = queue[..index].iter().take(5).map(describe_waiter).collect();
+        let more = if index > 5 { format!(" and {} more", index - 5) } else { String::new() };
+        format!("It is at position {} of {} in the queue, behind {}{more}", index + 1, queue.len(), ahead.join(", "))
+    };
+    let mut first = format!(
+        "Pod {name} waits at the {SCHEDULING_GATE} scheduling gate for lock {lock_name}, {held_by}. {place} \
+         (waiting {} since it was created).",
+        age(seconds_since(me.created, now))
+    );
+    if lease_holder.is_none() && index == 0 && ready.is_some_and(|c| c.status == "True") {
+        first.push_str(" The lock is free, so the operator grants it on its next step; if it stays gated, check that an operator serves this namespace.");
+    }
+    if me.on_busy == BusyPolicy::Skip {
+        first.push_str(" It asked to skip when busy (on-busy: skip): it is marked Failed (LockBusy) instead of waiting once the operator sees the lock held.");
+    }
+    if let Some(max) = me.max_wait {
+        first.push_str(&format!(
+            " It gives up after max-wait {} (LockWaitTimeout), counted from when the operator first saw it waiting.",
+            humantime::format_duration(max)
+        ));
+    }
+    say(Verdict::Waiting { lock: lock_name.to_string(), position: index + 1 }, first, &notes)
+}
+
+fn describe_waiter(c: &Candidate) -> String {
+    match c.kind {
+        HolderKind::Pod => c.name.clone(),
+        HolderKind::Claim => format!("claim {} ({})", c.name, c.identity),
+    }
+}
+
+fn rfc3339(t: Timestamp) -> String {
+    Timestamp::from_second(t.as_second()).unwrap_or(t).to_string()
+}
+
+fn seconds_since(t: Timestamp, now: Timestamp) -> i64 {
+    (now.as_second() - t.as_second()).max(0)
+}
+
+/// A whole-second age as kubectl prints it: `45s`, `2m3s`, `1h0m5s` style, without spaces.
+fn age(seconds: i64) -> String {
+    humantime::format_duration(Duration::from_secs(seconds.max(0) as u64)).to_string().replace(' ', "")
+}
+
+/// Runs `leasehold status`; returns the exit status.
+pub async fn status(args: StatusArgs) -> i32 {
+    match status_inner(args).await {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("leasehold status: {}", error_text(&e));
+            EXIT_ERROR
+        }
+    }
+}
+
+async fn status_inner(args: StatusArgs) -> anyhow::Result<i32> {
+    let client = args.kube.client().await?;
+    let ns = args.namespace.clone().unwrap_or_else(|| client.default_namespace().to_string());
+    let scope = if args.all_namespaces { None } else { Some(ns.as_str()) };
+    let where_ = scope.map(|n| format!("in namespace {n}")).unwrap_or_else(|| "in any namespace".into());
+    let locks_api: Api<DistributedLock> = api(&client, scope);
+    let locks = match &args.lock {
+        Some(name) => match locks_api.get_opt(name).await.with_context(|| format!("get DistributedLock {name}"))? {
+            Some(l) => vec![l],
+            None => {
+                eprintln!("leasehold status: DistributedLock {name} not found in namespace {ns}");
+                return Ok(EXIT_ERROR);
+            }
+        },
+        None => locks_api.list(&ListParams::default()).await.context("list DistributedLocks")?.items,
+    };
+    if locks.is_empty() {
+        eprintln!("No DistributedLocks found {where_}.");
+        return Ok(0);
+    }
+    // Leases are not in the built-in `view` role: without them, show what the locks' status says.
+    let leases_api = api::<Lease>(&client, scope);
+    let leases = match &args.lock {
+        Some(name) => leases_api.get_opt(name).await.map(|l| l.into_iter().collect()),
+        None => leases_api.list(&ListParams::default()).await.map(|l| l.items),
+    };
+    let leases: Option<Vec<Lease>> = match leases {
+        Ok(l) => Some(l),
+        Err(e) if is_forbidden(&e) => {
+            eprintln!(
+                "leasehold status: may not read Leases {where_} (403 Forbidden); holders are as the locks' status records them"
+            );
+            None
+        }
+        Err(e) => return Err(anyhow::Error::new(e).context(format!("read Leases {where_}"))),
+    };
+    let pods = api::<Pod>(&client, scope)
+        .list(&ListParams::default())
+        .await
+        .with_context(|| format!("list pods {where_}"))?
+        .items;
+    let claims = api::<DistributedLockClaim>(&client, scope)
+        .list(&ListParams::default())
+        .await
+        .with_context(|| format!("list DistributedLockClaims {where_}"))?
+        .items;
+    let now = Timestamp::now();
+    let reports: Vec<LockReport> = locks
+        .iter()
+        .map(|l| {
+            let lease = match &leases {
+                Some(ls) => {
+                    LeaseRead::of(ls.iter().find(|x| x.namespace() == l.namespace() && x.name_any() == l.name_any()))
+                }
+                None => LeaseRead::Forbidden,
+            };
+            lock_report(l, lease, &pods, &claims, now)
+        })
+        .collect();
+    match args.output {
+        OutputFormat::Json => println!("{}", serde_json::to_string_pretty(&StatusDocument { locks: reports })?),
+        OutputFormat::Table => print!("{}", render_table(&reports, args.all_namespaces)),
+    }
+    Ok(0)
+}
+
+/// Runs `leasehold why`; returns the exit status.
+pub async fn why(args: WhyArgs) -> i32 {
+    match why_inner(args).await {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("leasehold why: {}", error_text(&e));
+            EXIT_ERROR
+        }
+    }
+}
+
+async fn why_inner(args: WhyArgs) -> anyhow::Result<i32> {
+    let client = args.kube.client().await?;
+    let ns = args.namespace.clone().unwrap_or_else(|| client.default_namespace().to_string());
+    let pods_api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let Some(pod) = pods_api.get_opt(&args.pod).await.with_context(|| format!("get pod {}", args.pod))? else {
+        eprintln!("leasehold why: pod {} not found in namespace {ns}", args.pod);
+        return Ok(EXIT_ERROR);
+    };
+    let lock_name = pod.annotations().get(LOCK_ANNOTATION).map(|l| l.trim().to_string()).filter(|l| !l.is_empty());
+    let (lock, lease, pods, claims) = match &lock_name {
+        None => (None, Some(None), vec![], vec![]),
+        Some(l) => {
+            let lock = Api::<DistributedLock>::namespaced(client.clone(), &ns)
+                .get_opt(l)
+                .await
+                .with_context(|| format!("get DistributedLock {l}"))?;
+            let lease = match Api::<Lease>::namespaced(client.clone(), &ns).get_opt(l).await {
+                Ok(lease) => Some(lease),
+                Err(e) if is_forbidden(&e) => None,
+                Err(e) => return Err(anyhow::Error::new(e).context(format!("get Lease {l}"))),
+            };
+            let pods =
+                pods_api.list(&ListParams::default()).await.with_context(|| format!("list pods in namespace {ns}"))?;
+            let claims = Api::<DistributedLockClaim>::namespaced(client.clone(), &ns)
+                .list(&ListParams::default())
+                .await
+                .with_context(|| format!("list DistributedLockClaims in namespace {ns}"))?;
+            (lock, lease, pods.items, claims.items)
+        }
+    };
+    let lease = match &lease {
+        Some(found) => LeaseRead::of(found.as_ref()),
+        None => LeaseRead::Forbidden,
+    };
+    let explanation = explain(&pod, lock.as_ref(), lease, &pods, &claims, Timestamp::now());
+    println!("{}", explanation.text);
+    Ok(0)
+}
+
+fn is_forbidden(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 403)
+}
+
+fn api<K>(client: &Client, ns: Option<&str>) -> Api<K>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+{
+    match ns {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    const NS: &str = "ns";
+
+    fn ts(s: i64) -> String {
+        Timestamp::from_second(1_800_000_000 + s).unwrap().to_string()
+    }
+
+    fn now() -> Timestamp {
+        Timestamp::from_second(1_800_000_100).unwrap()
+    }
+
+    /// A pod created at `created` (seconds after the epoch of these tests).
+    fn pod(name: &str, created: i64, annotations: Value, gated: bool) -> Pod {
+        let gates = if gated { json!([{"name": SCHEDULING_GATE}]) } else { json!([]) };
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": NS, "uid": format!("uid-{name}"),
+                         "creationTimestamp": ts(created), "annotations": annotations},
+            "spec": {"schedulingGates": gates, "containers": [{"name": "c"}]},
+        }))
+        .unwrap()
+    }
+
+    fn waiter(name: &str, created: i64) -> Pod {
+        pod(name, created, json!({LOCK_ANNOTATION: "l"}), true)
+    }
+
+    fn holder_pod(name: &str, token: i64) -> Pod {
+        let mut p = pod(
+            name,
+            0,
+            json!({LOCK_ANNOTATION: "l", GRANTED_LOCK_ANNOTATION: "l", TOKEN_ANNOTATION: token.to_string()}),
+            false,
+        );
+        p.status = Some(serde_json::from_value(json!({"phase": "Running"})).unwrap());
+        p
+    }
+
+    fn lock(holder: Option<(&str, i64)>, ready: (&str, &str, &str)) -> DistributedLock {
+        let holder = holder.map(|(n, t)| json!({"name": n, "uid": format!("uid-{n}"), "token": t, "since": ts(40)}));
+        serde_json::from_value(json!({
+            "apiVersion": "leasehold.dev/v1alpha1", "kind": "DistributedLock",
+            "metadata": {"name": "l", "namespace": NS, "uid": "lock-uid"},
+            "spec": {},
+            "status": {"holder": holder, "highestToken": 3, "conditions": [{
+                "type": "Ready", "status": ready.0, "reason": ready.1, "message": ready.2,
+                "lastTransitionTime": ts(0)}]},
+        }))
+        .unwrap()
+    }
+
+    fn ready_lock(holder: Option<(&str, i64)>) -> DistributedLock {
+        lock(holder, ("True", "Reconciled", ""))
+    }
+
+    fn lease(holder: Option<(&str, i64)>) -> Lease {
+        let mut annotations = json!({TOKEN_ANNOTATION: "3", "leasehold.dev/token-floor": "0"});
+        let mut identity = Value::Null;
+        if let Some((n, t)) = holder {
+            annotations[TOKEN_ANNOTATION] = json!(t.to_string());
+            annotations["leasehold.dev/holder-uid"] = json!(format!("uid-{n}"));
+            identity = json!(n);
+        }
+        serde_json::from_value(json!({
+            "metadata": {"name": "l", "namespace": NS, "annotations": annotations},
+            "spec": {"holderIdentity": identity, "renewTime": "2027-01-15T08:01:30.000000Z"},
+        }))
+        .unwrap()
+    }
+
+    fn claim(name: &str, identity: &str, created: i64) -> DistributedLockClaim {
+        serde_json::from_value(json!({
+            "apiVersion": "leasehold.dev/v1alpha1", "kind": "DistributedLockClaim",
+            "metadata": {"name": name, "namespace": NS, "uid": format!("uid-{name}"), "creationTimestamp": ts(created)},
+            "spec": {"lock": "l", "identity": identity},
+        }))
+        .unwrap()
+    }
+
+    fn world() -> (DistributedLock, Lease, Vec<Pod>, Vec<DistributedLockClaim>) {
+        let mut finished = waiter("done", 1);
+        finished.status = Some(serde_json::from_value(json!({"phase": "Failed", "reason": "LockBusy"})).unwrap());
+        let other_lock = pod("other", 2, json!({LOCK_ANNOTATION: "m"}), true);
+        // Created in the same second as `b`: the name breaks the tie, as in the operator.
+        let pods = vec![waiter("c", 30), holder_pod("h", 3), waiter("b", 20), waiter("a", 20), finished, other_lock];
+        (ready_lock(Some(("h", 3))), lease(Some(("h", 3))), pods, vec![claim("cl", "laptop", 25)])
+    }
+
+    #[test]
+    fn the_report_lists_the_holder_and_the_waiters_in_the_operators_order() {
+        let (lock, lease, pods, claims) = world();
+        let r = lock_report(&lock, LeaseRead::Found(&lease), &pods, &claims, now());
+        let h = r.holder.as_ref().unwrap();
+        assert_eq!((h.name.as_str(), h.token, h.held_seconds), ("h", 3, Some(60)));
+        let l = r.lease.as_ref().unwrap();
+        assert_eq!((l.holder_identity.as_deref(), l.token), (Some("h"), 3));
+        let order: Vec<(&str, &str, i64)> =
+            r.waiters.iter().map(|w| (w.name.as_str(), w.kind.as_str(), w.waited_seconds)).collect();
+        assert_eq!(order, [("a", "Pod", 80), ("b", "Pod", 80), ("cl", "Claim", 75), ("c", "Pod", 70)]);
+        assert_eq!(r.waiters.iter().map(|w| w.position).collect::<Vec<_>>(), [1, 2, 3, 4]);
+        assert_eq!(r.ready.status, "True");
+    }
+
+    #[test]
+    fn a_holder_the_lease_names_but_still_gated_is_not_a_waiter() {
+        let pods = vec![waiter("h", 0), waiter("w", 5)];
+        let r = lock_report(&ready_lock(Some(("h", 1))), LeaseRead::Found(&lease(Some(("h", 1)))), &pods, &[], now());
+        assert_eq!(r.waiters.iter().map(|w| w.name.as_str()).collect::<Vec<_>>(), ["w"]);
+    }
+
+    #[test]
+    fn the_table_shows_holder_lease_and_queue() {
+        let (lock, lease, pods, claims) = world();
+        let r = lock_report(&lock, LeaseRead::Found(&lease), &pods, &claims, now());
+        let table = render_table(std::slice::from_ref(&r), false);
+        let lines: Vec<&str> = table.lines().collect();
+        assert!(lines[0].starts_with("LOCK "), "{table}");
+        let row: Vec<&str> = lines[1].split_whitespace().collect();
+        assert_eq!(&row[..5], ["l", "h", "3", &ts(40), "1m"], "{table}");
+        assert_eq!(row.last(), Some(&"4"), "{table}");
+        assert!(lines[1].contains("True"), "{table}");
+        let queue: Vec<Vec<&str>> = lines[4..].iter().map(|l| l.split_whitespace().take(3).collect()).collect();
+        assert_eq!(queue, [["l", "1", "a"], ["l", "2", "b"], ["l", "3", "cl"], ["l", "4", "c"]], "{table}");
+        let all = render_table(&[r], true);
+        assert!(all.lines().nth(1).unwrap().starts_with("ns "), "{all}");
+    }
+
+    #[test]
+    fn the_table_says_why_a_lock_is_not_ready() {
+        let lock = lock(None, ("False", "LeaseNotOwned", "Lease l is not controlled by this lock"));
+        let table = render_table(&[lock_report(&lock, LeaseRead::Missing, &[], &[], now())], false);
+        assert!(table.contains("False (LeaseNotOwned)"), "{table}");
+        assert!(table.contains("<no Lease>"), "{table}");
+        assert!(
+            table.contains("lock l is not Ready (LeaseNotOwned): Lease l is not controlled by this lock"),
+            "{table}"
+        );
+        assert!(!table.contains("POSITION"), "no queue table without waiters: {table}");
+    }
+
+    fn why(name: &str, lock: Option<&DistributedLock>, lease: Option<&Lease>, pods: &[Pod]) -> Explanation {
+        let pod = pods.iter().find(|p| p.name_any() == name).unwrap();
+        explain(pod, lock, LeaseRead::of(lease), pods, &[], now())
+    }
+
+    #[test]
+    fn a_waiter_is_told_its_position_and_who_is_ahead() {
+        let (lock, lease, pods, claims) = world();
+        let pod = pods.iter().find(|p| p.name_any() == "c").unwrap();
+        let e = explain(pod, Some(&lock), LeaseRead::Found(&lease), &pods, &claims, now());
+        assert_eq!(e.verdict, Verdict::Waiting { lock: "l".into(), position: 4 });
+        assert!(e.text.contains("for lock l, held by pod h with fencing token 3 for 1m"), "{}", e.text);
+        assert!(e.text.contains("position 4 of 4 in the queue, behind a, b, claim cl (laptop)"), "{}", e.text);
+        assert!(e.text.contains("waiting 1m10s since it was created"), "{}", e.text);
+        let first = why("a", Some(&lock), Some(&lease), &pods);
+        assert!(first.text.contains("position 1 of 3 in the queue: next to be granted"), "{}", first.text);
+    }
+
+    #[test]
+    fn the_holder_is_told_its_token() {
+        let (lock, lease, pods, _) = world();
+        let e = why("h", Some(&lock), Some(&lease), &pods);
+        assert_eq!(e.verdict, Verdict::Holds { lock: "l".into(), token: 3 });
+        assert!(e.text.contains("holds lock l with fencing token 3 (granted 1m ago)"), "{}", e.text);
+    }
+
+    #[test]
+    fn a_missing_lock_is_named() {
+        let pods = vec![waiter("w", 0)];
+        let e = why("w", None, None, &pods);
+        assert_eq!(e.verdict, Verdict::LockMissing { lock: "l".into() });
+        assert!(e.text.contains("lock l, which does not exist in namespace ns"), "{}", e.text);
+    }
+
+    #[test]
+    fn a_gate_without_a_lock_annotation_never_opens() {
+        let pods = vec![pod("g", 0, json!({}), true), pod("e", 0, json!({LOCK_ANNOTATION: " "}), true)];
+        let e = why("g", None, None, &pods);
+        assert_eq!(e.verdict, Verdict::NoLockAnnotation);
+        assert!(
+            e.text.contains("has no leasehold.dev/lock annotation, so no operator will ever ungate it"),
+            "{}",
+            e.text
+        );
+        assert!(why("e", None, None, &pods).text.contains("an empty leasehold.dev/lock annotation"));
+    }
+
+    #[test]
+    fn a_lock_annotation_without_gate_or_grant_runs_unlocked() {
+        let (lock, lease, mut pods, _) = world();
+        pods.push(pod("free", 0, json!({LOCK_ANNOTATION: "l"}), false));
+        pods.push(pod("plain", 0, json!({}), false));
+        let e = why("free", Some(&lock), Some(&lease), &pods);
+        assert_eq!(e.verdict, Verdict::UngatedWithoutGrant { lock: "l".into() });
+        assert!(e.text.contains("runs without it"), "{}", e.text);
+        assert_eq!(why("plain", None, None, &pods).verdict, Verdict::NotGated);
+    }
+
+    #[test]
+    fn a_holder_the_lease_no_longer_names_has_lost_its_grant() {
+        let (lock, _, pods, _) = world();
+        let e = why("h", Some(&lock), Some(&lease(Some(("c", 4)))), &pods);
+        assert_eq!(e.verdict, Verdict::LostGrant { lock: "l".into(), token: 3 });
+        assert!(e.text.contains("granted lock l with fencing token 3, but the Lease now names c"), "{}", e.text);
+    }
+
+    #[test]
+    fn malformed_policy_annotations_are_reported() {
+        let (lock, lease, mut pods, _) = world();
+        pods.push(pod(
+            "bad",
+            50,
+            json!({LOCK_ANNOTATION: "l", policy::ON_BUSY_ANNOTATION: "later", policy::MAX_WAIT_ANNOTATION: "banana"}),
+            true,
+        ));
+        let e = why("bad", Some(&lock), Some(&lease), &pods);
+        assert!(matches!(e.verdict, Verdict::Waiting { position: 4, .. }), "{e:?}");
+        assert!(e.text.contains(r#"on-busy must be "wait" or "skip", got "later""#), "{}", e.text);
+        assert!(
+            e.text.contains(r#"max-wait must be a positive duration such as "90s" or "10m", got "banana""#),
+            "{}",
+            e.text
+        );
+        assert!(e.text.contains("the operator uses the default"), "{}", e.text);
+    }
+
+    #[test]
+    fn a_lock_that_is_not_ready_says_why() {
+        let lock = lock(None, ("False", "NamespaceTerminating", "namespace ns is being deleted"));
+        let pods = vec![waiter("w", 0)];
+        let e = why("w", Some(&lock), Some(&lease(None)), &pods);
+        assert!(matches!(e.verdict, Verdict::Waiting { position: 1, .. }), "{e:?}");
+        assert!(e.text.contains("which is free"), "{}", e.text);
+        assert!(e.text.contains("not Ready (NamespaceTerminating: namespace ns is being deleted)"), "{}", e.text);
+        assert!(!e.text.contains("grants it on its next step"), "a lock that is not Ready grants nothing: {}", e.text);
+    }
+
+    #[test]
+    fn a_waiter_that_gave_up_is_done() {
+        let (lock, lease, pods, _) = world();
+        let e = why("done", Some(&lock), Some(&lease), &pods);
+        assert_eq!(e.verdict, Verdict::Done);
+        assert!(e.text.contains("gave up waiting for lock l (LockBusy"), "{}", e.text);
+    }
+
+    #[test]
+    fn without_read_access_to_the_lease_the_locks_status_names_the_holder() {
+        let (lock, _, mut pods, claims) = world();
+        // The holder, granted but still gated: only the holder's UID keeps it out of the queue.
+        pods.push(waiter("h", 0));
+        pods.retain(|p| p.name_any() != "h" || p.status.is_none());
+        let r = lock_report(&lock, LeaseRead::Forbidden, &pods, &claims, now());
+        assert!(r.lease_forbidden && r.lease.is_none());
+        assert_eq!(r.waiters.iter().map(|w| w.name.as_str()).collect::<Vec<_>>(), ["a", "b", "cl", "c"]);
+        let table = render_table(std::slice::from_ref(&r), false);
+        assert!(table.contains("<forbidden>"), "{table}");
+        assert_eq!(serde_json::to_value(&r).unwrap()["leaseForbidden"], true);
+        let c = pods.iter().find(|p| p.name_any() == "c").unwrap();
+        let e = explain(c, Some(&lock), LeaseRead::Forbidden, &pods, &claims, now());
+        assert!(e.text.contains("held by pod h with fencing token 3"), "{}", e.text);
+        assert!(e.text.contains("could not be read, 403 Forbidden"), "{}", e.text);
+    }
+
+    #[test]
+    fn ages_print_like_kubectl() {
+        assert_eq!(age(0), "0s");
+        assert_eq!(age(70), "1m10s");
+        assert_eq!(age(3605), "1h5s");
+    }
+}
