@@ -364,3 +364,63 @@ async fn a_killed_leasehold_lock_does_not_leave_its_command_running() {
     assert!(dead, "a's command still ran when b was granted ({:?} after the kill)", killed.elapsed());
     ns.cleanup().await;
 }
+
+/// `leasehold release --force` (issue 13, break-glass) on a stuck `leasehold lock` holder: without
+/// `--force` it refuses; with it the grant is revoked, the holder's command is stopped at its next
+/// renewal (exit 5), and only after that, once the lease duration has passed, the next waiter is
+/// granted with a higher token. A Warning Event on the lock names who did it. A running pod holder
+/// is refused with the way to break it (delete the pod).
+#[tokio::test]
+async fn force_release_revokes_a_stuck_holder_before_the_next_is_granted_and_refuses_a_running_pod() {
+    let mut ns = TestNs::new("forcerel").await;
+    ns.create_lock("l", json!({"leaseDurationSeconds": 3})).await;
+    ns.create_lock("l2", json!({})).await;
+    ns.start_operator(&[]);
+    let mut stuck = ns.lock_process("stuck", &["l", "--identity", "stuck", "--", "sleep", "600"]);
+    wait_holder(&ns, "l", "stuck").await;
+    let mut next = ns.lock_process(
+        "next",
+        &["l", "--identity", "next", "--", "sh", "-c", "echo token=$LEASEHOLD_FENCING_TOKEN; sleep 600"],
+    );
+    let claims = ns.api::<DistributedLockClaim>();
+    wait_until("next queued", WAIT, || async {
+        claims.list(&Default::default()).await.is_ok_and(|l| l.items.len() == 2)
+    })
+    .await;
+    let stuck_token = lease_token(&ns, "l").await;
+
+    let kc = ns.kubeconfig.clone();
+    let (code, out) = crate::install::leasehold_cli(&kc, &["release", "l", "-n", &ns.ns]);
+    assert_eq!(code, 2, "without --force: {out}");
+    assert_eq!(lease_holder(&ns, "l").await.as_deref(), Some("stuck"), "nothing changed");
+    let (code, out) = crate::install::leasehold_cli(&kc, &["release", "l", "-n", &ns.ns, "--force"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains(&format!("grant of stuck (fencing token {stuck_token}) revoked by")), "{out}");
+
+    // The stuck holder stops first; the next one is not granted before that.
+    assert_eq!(stuck.wait_exit().await, 5, "the revoked holder's command is stopped: {}", stuck.output());
+    assert!(!next.output().contains("token="), "granted while the revoked holder still ran: {}", next.output());
+    next.wait_output("next granted", "token=").await;
+    let next_token: i64 = next.output().split("token=").nth(1).unwrap().lines().next().unwrap().trim().parse().unwrap();
+    assert!(next_token > stuck_token, "{next_token} > {stuck_token}");
+    let events = ns.api::<k8s_openapi::api::events::v1::Event>();
+    let list = events.list(&Default::default()).await.unwrap().items;
+    let e = list.iter().find(|e| e.reason.as_deref() == Some("ForceReleased")).expect("a ForceReleased event");
+    assert_eq!(e.type_.as_deref(), Some("Warning"));
+    assert!(e.note.as_deref().unwrap_or_default().contains("revoked by"), "{:?}", e.note);
+
+    // A running pod holder: refused, with the way to break it.
+    ns.create_gated_pod("p", "l2", "600s").await;
+    wait_holder(&ns, "l2", "p").await;
+    let (code, out) = crate::install::leasehold_cli(&kc, &["release", "l2", "-n", &ns.ns, "--force"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains(&format!("kubectl delete pod p -n {}", ns.ns)), "{out}");
+    assert_eq!(lease_holder(&ns, "l2").await.as_deref(), Some("p"));
+    drop(next);
+    ns.cleanup().await;
+}
+
+async fn lease_token(ns: &TestNs, lock: &str) -> i64 {
+    let lease = ns.api::<Lease>().get(lock).await.unwrap();
+    lease.metadata.annotations.unwrap_or_default()["leasehold.dev/fencing-token"].parse().unwrap()
+}

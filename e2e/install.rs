@@ -1258,7 +1258,7 @@ async fn malformed_claim_annotations_and_a_gate_without_a_lock_are_refused_at_ad
 }
 
 /// Runs `leasehold <args>` with `kubeconfig`; returns the exit status and stdout + stderr.
-fn leasehold_cli(kubeconfig: &Path, args: &[&str]) -> (i32, String) {
+pub(crate) fn leasehold_cli(kubeconfig: &Path, args: &[&str]) -> (i32, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_leasehold"))
         .args(args)
         .env("KUBECONFIG", kubeconfig)

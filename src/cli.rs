@@ -31,6 +31,9 @@ pub enum Command {
     Status(StatusArgs),
     /// Explain why a pod is still gated (or that it holds its lock, or is not gated).
     Why(WhyArgs),
+    /// Break-glass: revoke a stuck claim holder's grant (--force); the next waiter is granted
+    /// after the lease duration. Refused for a running pod holder (delete the pod).
+    Release(crate::release_cli::ReleaseArgs),
     /// Leave Leasehold: take the claims out of workloads and ungate waiting pods (mutual
     /// exclusion ends; see docs/install.md, "Uninstall"). Prints what it would do unless --yes.
     Ungate(crate::ungate::UngateArgs),

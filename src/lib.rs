@@ -18,6 +18,7 @@ pub mod lease;
 pub mod lock;
 pub mod lock_cli;
 pub mod metrics;
+pub mod release_cli;
 pub mod telemetry;
 pub mod ungate;
 pub mod watchdog;

@@ -291,14 +291,20 @@ fn exit_code(status: ExitStatus) -> i32 {
 /// `$POD_NAME` in a pod; else the user name the API server authenticates us as (a
 /// SelfSubjectReview, like `kubectl auth whoami`), which is what the chart's Lease policy lets
 /// renew a grant; else `<hostname>-<pid>`.
+/// The authenticated user name, as `kubectl auth whoami` shows it (a `SelfSubjectReview`, which
+/// every authenticated user may create); `None` when the API server does not answer it.
+pub(crate) async fn whoami(client: &kube::Client) -> Option<String> {
+    use k8s_openapi::api::authentication::v1::SelfSubjectReview;
+    let api: kube::Api<SelfSubjectReview> = kube::Api::all(client.clone());
+    let review = api.create(&kube::api::PostParams::default(), &SelfSubjectReview::default()).await;
+    review.ok().and_then(|r| r.status?.user_info?.username).filter(|u| !u.is_empty())
+}
+
 async fn default_identity(client: &kube::Client) -> String {
     if let Some(pod) = std::env::var("POD_NAME").ok().filter(|n| !n.is_empty()) {
         return pod;
     }
-    use k8s_openapi::api::authentication::v1::SelfSubjectReview;
-    let api: kube::Api<SelfSubjectReview> = kube::Api::all(client.clone());
-    let review = api.create(&kube::api::PostParams::default(), &SelfSubjectReview::default()).await;
-    if let Some(user) = review.ok().and_then(|r| r.status?.user_info?.username).filter(|u| !u.is_empty()) {
+    if let Some(user) = whoami(client).await {
         return user;
     }
     let host = nix::unistd::gethostname().ok().and_then(|h| h.into_string().ok()).unwrap_or_else(|| "host".into());

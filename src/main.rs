@@ -20,6 +20,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Status(args) => std::process::exit(leasehold::inspect::status(args).await),
         Command::Why(args) => std::process::exit(leasehold::inspect::why(args).await),
         Command::LockWatchdog(args) => leasehold::watchdog::run(args),
+        Command::Release(args) => std::process::exit(leasehold::release_cli::run(args).await?),
         Command::Ungate(args) => std::process::exit(leasehold::ungate::run(args).await?),
         Command::Operator(args) => {
             leasehold::telemetry::init(args.log_format);
