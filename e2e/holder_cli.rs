@@ -378,7 +378,7 @@ async fn force_release_revokes_a_stuck_holder_before_the_next_is_granted_and_ref
     ns.start_operator(&[]);
     let mut stuck = ns.lock_process("stuck", &["l", "--identity", "stuck", "--", "sleep", "600"]);
     wait_holder(&ns, "l", "stuck").await;
-    let mut next = ns.lock_process(
+    let next = ns.lock_process(
         "next",
         &["l", "--identity", "next", "--", "sh", "-c", "echo token=$LEASEHOLD_FENCING_TOKEN; sleep 600"],
     );
