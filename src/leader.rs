@@ -36,9 +36,10 @@
 //! conflicts. Leader election only keeps the standby replicas from doing that work.
 //!
 //! While it waits, a standby serves the admin endpoints itself: `/livez` (200), `/readyz` (200:
-//! a standby is healthy and ready to take over, so a PodDisruptionBudget counts it) and an empty
-//! `/metrics`, so its probes pass. It stops that server just before the operator binds the same
-//! address for the real one.
+//! a standby is healthy and ready to take over, so a PodDisruptionBudget counts it) and a
+//! `/metrics` with `leasehold_leader 0` and the build info, so its probes pass and it says that it
+//! is a standby. It stops that server just before the operator binds the same address for the
+//! real one.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -54,7 +55,6 @@ use kube::api::{Api, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use kube_lease_manager::{DurationSeconds, LeaseCreateMode, LeaseManager, LeaseManagerBuilder, LeaseManagerError};
-use prometheus_client::registry::Registry;
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
@@ -390,7 +390,7 @@ impl Standby {
             tokio::net::TcpListener::bind(addr).await.with_context(|| format!("bind admin address {addr}"))?;
         let state = Arc::new(AdminState {
             ready: AtomicBool::new(true),
-            registry: Registry::default(),
+            registry: crate::metrics::standby_registry(),
             writes: Default::default(),
         });
         let (stop, stopped) = oneshot::channel::<()>();

@@ -17,6 +17,50 @@ pub struct ReasonLabels {
     pub reason: String,
 }
 
+/// Label set of the per-lock series: one series per lock (bounded by the number of locks).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LockLabels {
+    /// The lock's namespace.
+    pub namespace: String,
+    /// The lock's name.
+    pub lock: String,
+}
+
+/// One lock's state as the last reconcile saw it, for the per-lock series.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LockState {
+    /// Someone holds the lock.
+    pub held: bool,
+    /// When the current grant was written (Unix time, seconds); `None` when free.
+    pub held_since: Option<f64>,
+    /// Waiters in the queue.
+    pub waiters: i64,
+    /// Creation time of the longest-waiting waiter (Unix time, seconds); `None` when none waits.
+    pub oldest_waiter_since: Option<f64>,
+    /// The highest fencing token the lock has issued.
+    pub highest_token: i64,
+}
+
+/// Registers what every replica exports, leader or standby: `leasehold_build_info{version}` (1)
+/// and `leasehold_leader` (1 on the replica that serves locks, 0 on a standby waiting for the
+/// leader-election Lease).
+fn register_process(r: &mut Registry, leader: bool) {
+    let build = Family::<Vec<(String, String)>, Gauge>::default();
+    build.get_or_create(&vec![("version".to_string(), env!("CARGO_PKG_VERSION").to_string())]).set(1);
+    r.register("build_info", "The operator's version (always 1)", build);
+    let leading = Gauge::<i64>::default();
+    leading.set(i64::from(leader));
+    r.register("leader", "1 on the replica that serves locks, 0 on a standby", leading);
+}
+
+/// The registry a standby serves at `/metrics` while it waits to lead: build info and
+/// `leasehold_leader 0`.
+pub fn standby_registry() -> Registry {
+    let mut registry = Registry::default();
+    register_process(registry.sub_registry_with_prefix("leasehold"), false);
+    registry
+}
+
 /// All metrics the operator exports.
 pub struct Metrics {
     /// Grants written to a Lease (`leasehold_grants_total`).
@@ -40,6 +84,20 @@ pub struct Metrics {
     /// Seconds from the reconcile that observed a release to the successful Lease write of the
     /// next grant (`leasehold_handover_seconds`).
     pub handover: Histogram,
+    /// Seconds one lock reconcile took, errors included (`leasehold_reconcile_duration_seconds`).
+    pub reconcile_duration: Histogram,
+    /// 1 while the lock is held (`leasehold_lock_held{namespace,lock}`).
+    pub lock_held: Family<LockLabels, Gauge>,
+    /// Unix time (seconds) of the current grant; no series while free
+    /// (`leasehold_lock_held_since_seconds`; held for `time() - ` it).
+    pub lock_held_since: Family<LockLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    /// Waiters in the lock's queue (`leasehold_lock_waiters`).
+    pub lock_waiters: Family<LockLabels, Gauge>,
+    /// Unix time (seconds) the longest-waiting waiter was created; no series while none waits
+    /// (`leasehold_lock_oldest_waiter_since_seconds`).
+    pub lock_oldest_waiter_since: Family<LockLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    /// The highest fencing token the lock has issued (`leasehold_lock_highest_token`).
+    pub lock_highest_token: Family<LockLabels, Gauge>,
     per_lock: Mutex<HashMap<String, (bool, i64)>>,
 }
 
@@ -56,8 +114,17 @@ impl Metrics {
             held: Gauge::default(),
             waiters: Gauge::default(),
             handover: Histogram::new([0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0]),
+            reconcile_duration: Histogram::new([
+                0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+            ]),
+            lock_held: Family::default(),
+            lock_held_since: Family::default(),
+            lock_waiters: Family::default(),
+            lock_oldest_waiter_since: Family::default(),
+            lock_highest_token: Family::default(),
             per_lock: Mutex::default(),
         };
+
         let r = registry.sub_registry_with_prefix("leasehold");
         r.register("grants", "Grants written to a Lease", m.grants.clone());
         r.register("releases", "Holders released, by reason", m.releases.clone());
@@ -72,7 +139,71 @@ impl Metrics {
             "Seconds from observing a release to writing the next grant",
             m.handover.clone(),
         );
+        r.register("reconcile_duration_seconds", "Seconds one lock reconcile took", m.reconcile_duration.clone());
+        register_process(r, true);
+        r.register("lock_held", "1 while the lock is held", m.lock_held.clone());
+        r.register(
+            "lock_held_since_seconds",
+            "Unix time of the current grant (absent while free)",
+            m.lock_held_since.clone(),
+        );
+        r.register("lock_waiters", "Waiters in the lock's queue", m.lock_waiters.clone());
+        r.register(
+            "lock_oldest_waiter_since_seconds",
+            "Unix time the longest-waiting waiter was created (absent while none waits)",
+            m.lock_oldest_waiter_since.clone(),
+        );
+        r.register("lock_highest_token", "The highest fencing token the lock has issued", m.lock_highest_token.clone());
         m
+    }
+
+    /// Sets the per-lock series of `namespace`/`lock` from `state`, and the aggregate gauges.
+    pub fn set_lock(&self, namespace: &str, lock: &str, state: &LockState) {
+        let l = LockLabels { namespace: namespace.to_string(), lock: lock.to_string() };
+        self.lock_held.get_or_create(&l).set(i64::from(state.held));
+        self.lock_waiters.get_or_create(&l).set(state.waiters);
+        self.lock_highest_token.get_or_create(&l).set(state.highest_token);
+        match state.held_since {
+            Some(t) => {
+                self.lock_held_since.get_or_create(&l).set(t);
+            }
+            None => {
+                self.lock_held_since.remove(&l);
+            }
+        }
+        match state.oldest_waiter_since {
+            Some(t) => {
+                self.lock_oldest_waiter_since.get_or_create(&l).set(t);
+            }
+            None => {
+                self.lock_oldest_waiter_since.remove(&l);
+            }
+        }
+        self.set_lock_state(&format!("{namespace}/{lock}"), Some((state.held, state.waiters)));
+    }
+
+    /// Drops the series of every lock whose `namespace/name` is not in `live` (deleted locks).
+    pub fn forget_locks_except(&self, live: &std::collections::HashSet<String>) {
+        let gone: Vec<String> = {
+            let map = self.per_lock.lock().unwrap_or_else(|e| e.into_inner());
+            map.keys().filter(|k| !live.contains(*k)).cloned().collect()
+        };
+        for key in gone {
+            if let Some((ns, lock)) = key.split_once('/') {
+                self.forget_lock(ns, lock);
+            }
+        }
+    }
+
+    /// Drops every series of `namespace`/`lock` (the lock was deleted).
+    pub fn forget_lock(&self, namespace: &str, lock: &str) {
+        let l = LockLabels { namespace: namespace.to_string(), lock: lock.to_string() };
+        self.lock_held.remove(&l);
+        self.lock_waiters.remove(&l);
+        self.lock_highest_token.remove(&l);
+        self.lock_held_since.remove(&l);
+        self.lock_oldest_waiter_since.remove(&l);
+        self.set_lock_state(&format!("{namespace}/{lock}"), None);
     }
 
     /// Records the holder/waiter state of one lock (`key` = namespace/name) and updates the
@@ -107,8 +238,16 @@ mod tests {
         for family in [&m.releases, &m.reclaims, &m.rejections, &m.reconcile_errors] {
             Metrics::inc(family, "Test");
         }
-        m.set_lock_state("ns/l", Some((true, 2)));
+        let state = LockState {
+            held: true,
+            held_since: Some(1.7e9),
+            waiters: 2,
+            oldest_waiter_since: Some(1.7e9 + 5.0),
+            highest_token: 1002,
+        };
+        m.set_lock("ns", "l", &state);
         m.handover.observe(0.01);
+        m.reconcile_duration.observe(0.02);
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
         for name in [
@@ -121,8 +260,29 @@ mod tests {
             "leasehold_locks_held 1",
             "leasehold_waiters 2",
             "leasehold_handover_seconds_count 1",
+            "leasehold_reconcile_duration_seconds_count 1",
+            "leasehold_build_info{version=",
+            "leasehold_leader 1",
+            "leasehold_lock_held{namespace=\"ns\",lock=\"l\"} 1",
+            "leasehold_lock_held_since_seconds{namespace=\"ns\",lock=\"l\"} 1700000000",
+            "leasehold_lock_waiters{namespace=\"ns\",lock=\"l\"} 2",
+            "leasehold_lock_oldest_waiter_since_seconds{namespace=\"ns\",lock=\"l\"} 1700000005",
+            "leasehold_lock_highest_token{namespace=\"ns\",lock=\"l\"} 1002",
         ] {
             assert!(text.contains(name), "{name} missing from:\n{text}");
         }
+        let mut standby = String::new();
+        prometheus_client::encoding::text::encode(&mut standby, &standby_registry()).unwrap();
+        assert!(standby.contains("leasehold_leader 0") && standby.contains("leasehold_build_info{"), "{standby}");
+        // Freed, nobody waiting: the timestamps go; deleted: every series of the lock goes.
+        m.set_lock("ns", "l", &LockState { highest_token: 1002, ..LockState::default() });
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        assert!(!text.contains("leasehold_lock_held_since_seconds{"), "{text}");
+        assert!(text.contains("leasehold_lock_held{namespace=\"ns\",lock=\"l\"} 0"), "{text}");
+        m.forget_lock("ns", "l");
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        assert!(!text.contains("lock=\"l\""), "{text}");
     }
 }

@@ -27,7 +27,7 @@ use crate::lock::grant::{
 use crate::lock::machine::{self, Snapshot};
 use crate::lock::policy;
 use crate::lock::{GRANTED_LOCK_ANNOTATION, LOCK_ANNOTATION, SCHEDULING_GATE, TOKEN_ANNOTATION};
-use crate::metrics::Metrics;
+use crate::metrics::{LockState, Metrics};
 
 /// Field manager of `status.tokenCeiling` (the only field the reservation patch writes).
 const TOKEN_FIELD_MANAGER: &str = "leasehold.dev/tokens";
@@ -43,9 +43,16 @@ const RESYNC: Duration = Duration::from_secs(300);
 /// How many waiters `status.waiters` lists.
 const STATUS_WAITERS: usize = 10;
 
-/// Reconciles one lock. Errors are retried by [`error_policy`].
+/// Reconciles one lock. Errors are retried by [`error_policy`]. Its duration is observed in
+/// `leasehold_reconcile_duration_seconds`.
 pub async fn reconcile(lock: Arc<DistributedLock>, ctx: Arc<Context>) -> Result<Action> {
     let started = Instant::now();
+    let result = reconcile_lock(lock, ctx.clone(), started).await;
+    ctx.metrics.reconcile_duration.observe(started.elapsed().as_secs_f64());
+    result
+}
+
+async fn reconcile_lock(lock: Arc<DistributedLock>, ctx: Arc<Context>, started: Instant) -> Result<Action> {
     let ns = lock.namespace().ok_or(Error::MissingField("metadata.namespace"))?;
     let name = lock.name_any();
     let lease_api: Api<Lease> = Api::namespaced(ctx.client.clone(), &ns);
@@ -213,7 +220,12 @@ pub async fn reconcile(lock: Arc<DistributedLock>, ctx: Arc<Context>) -> Result<
                     }
                 }
                 ctx.failures.lock().unwrap_or_else(|e| e.into_inner()).remove(&lock_uid);
-                write_status(&lock_api, &lock, lease_obj.as_ref(), &plan.holder, &plan.waiters, &ctx).await?;
+                let first_waiter = queue_of(&snapshot.candidates)
+                    .into_iter()
+                    .find(|c| plan.holder.as_ref().is_none_or(|h| h.uid != c.uid))
+                    .map(|c| c.created);
+                let (holder, waiters) = (&plan.holder, &plan.waiters);
+                write_status(&lock_api, &lock, lease_obj.as_ref(), holder, waiters, first_waiter, &ctx).await?;
                 announce_waiters(&ctx, &ns, &lock, plan.holder.as_ref(), &snapshot.candidates).await;
                 return Ok(match requeue_after {
                     Some(d) => Action::requeue(d + Duration::from_millis(50)),
@@ -633,13 +645,16 @@ async fn record_release(ctx: &Context, lock: &DistributedLock, r: &Release) {
     ctx.event_related(&lock.object_ref(&()), Some(pod), type_, "Released", note, "Release").await;
 }
 
-/// Writes the status view when it changed (no write when nothing changed: 0 writes when idle).
+/// Writes the status view when it changed (no write when nothing changed: 0 writes when idle),
+/// and sets the lock's metric series (`first_waiter_created`: the creation time of the first
+/// waiter in the queue).
 async fn write_status(
     api: &Api<DistributedLock>,
     lock: &DistributedLock,
     lease: Option<&Lease>,
     holder: &Option<Grant>,
     waiters: &[String],
+    first_waiter_created: Option<Timestamp>,
     ctx: &Context,
 ) -> Result<()> {
     let old = lock.status.clone().unwrap_or_default();
@@ -686,10 +701,16 @@ async fn write_status(
             now,
         ),
     };
-    ctx.metrics.set_lock_state(
-        &format!("{}/{}", lock.namespace().unwrap_or_default(), lock.name_any()),
-        Some((holder.is_some(), waiters.len() as i64)),
-    );
+    let state = LockState {
+        held: holder.is_some(),
+        held_since: new.holder.as_ref().and_then(|h| h.since.as_ref()).map(|t| t.0.as_millisecond() as f64 / 1000.0),
+        waiters: waiters.len() as i64,
+        oldest_waiter_since: first_waiter_created
+            .filter(|_| !waiters.is_empty())
+            .map(|t| t.as_millisecond() as f64 / 1000.0),
+        highest_token: new.highest_token,
+    };
+    ctx.metrics.set_lock(&lock.namespace().unwrap_or_default(), &lock.name_any(), &state);
     if new == old {
         return Ok(());
     }

@@ -374,6 +374,12 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
             retain_live(&prune_ctx.clocks, &live);
             retain_live(&prune_ctx.failures, &live);
             retain_live(&prune_ctx.announced, &live);
+            let keys = prune_locks
+                .state()
+                .iter()
+                .map(|l| format!("{}/{}", l.namespace().unwrap_or_default(), l.name_any()))
+                .collect();
+            prune_ctx.metrics.forget_locks_except(&keys);
         }
     };
     let ready = admin_state.clone();
@@ -401,8 +407,8 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// How often the per-lock memory of deleted locks (clocks, failure counts, announced waiters)
-/// is dropped.
+/// How often the per-lock memory of deleted locks (clocks, failure counts, announced waiters,
+/// metric series) is dropped.
 const PRUNE_EVERY: Duration = Duration::from_secs(300);
 
 /// Keeps only the entries of `map` whose key (a lock UID) is in `live`.
