@@ -250,6 +250,17 @@ impl OperatorProc {
         s.read_to_string(&mut out).await.ok()?;
         out.split_whitespace().nth(1)?.parse().ok()
     }
+
+    /// The body of `GET path` on its admin server (`None` when nothing answers).
+    pub async fn get(&self, path: &str) -> Option<String> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", self.admin_port)).await.ok()?;
+        let req = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+        s.write_all(req.as_bytes()).await.ok()?;
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.ok()?;
+        out.split_once("\r\n\r\n").map(|(_, b)| b.to_string())
+    }
 }
 
 impl Drop for OperatorProc {
@@ -1356,4 +1367,74 @@ async fn the_uninstall_runbook_leaves_no_pod_gated() {
 async fn wait_job_pod(ns: &TestNs, job: &str) -> String {
     wait_until(&format!("a pod of job {job}"), WAIT, || async { job_pod(ns, job).await.is_some() }).await;
     job_pod(ns, job).await.unwrap().name_any()
+}
+
+/// The names of the `leasehold_*` metrics a PromQL text uses.
+fn promql_metrics(text: &str) -> std::collections::BTreeSet<String> {
+    let mut names = std::collections::BTreeSet::new();
+    let mut rest = text;
+    while let Some(i) = rest.find("leasehold_") {
+        let tail = &rest[i..];
+        let end = tail.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(tail.len());
+        names.insert(tail[..end].to_string());
+        rest = &tail[end..];
+    }
+    names
+}
+
+/// Whether the scrape `text` exports `name`: a sample line of it, or the `# TYPE` line of its
+/// family (a counter family `x` is sampled as `x_total`, a histogram `x` as `x_bucket`,
+/// `x_sum`, `x_count`; a family with no labelled child yet has only its TYPE line).
+fn exports(text: &str, name: &str) -> bool {
+    let base = ["_total", "_bucket", "_sum", "_count"].iter().find_map(|s| name.strip_suffix(s)).unwrap_or(name);
+    text.lines().any(|l| {
+        l.strip_prefix(name).is_some_and(|r| r.starts_with('{') || r.starts_with(' '))
+            || l.starts_with(&format!("# TYPE {name} "))
+            || l.starts_with(&format!("# TYPE {base} "))
+    })
+}
+
+/// Monitoring people can alert on (issue 13): every metric that the chart's PrometheusRule and
+/// Grafana dashboard name is exported by the real operator's `/metrics`, with a lock held and a
+/// waiter queued so the per-lock series exist; a name that is not exported makes the check fail.
+#[tokio::test]
+async fn every_metric_the_alerts_and_the_dashboard_name_is_exported() {
+    let ns = TestNs::new("monitoring").await;
+    let args = [
+        "template",
+        "lh-mon",
+        "charts/leasehold",
+        "--set",
+        "monitoring.prometheusRule.enabled=true",
+        "--set",
+        "monitoring.dashboard.enabled=true",
+        "--set",
+        "monitoring.serviceMonitor.enabled=true",
+    ];
+    let rendered = helm_ok(&ns.kubeconfig, &args);
+    assert!(rendered.contains("kind: PrometheusRule") && rendered.contains("kind: ServiceMonitor"), "{rendered}");
+    let named = promql_metrics(&rendered);
+    for expected in ["leasehold_lock_held_since_seconds", "leasehold_leader", "leasehold_handover_seconds_bucket"] {
+        assert!(named.contains(expected), "the rules and dashboard name {expected}: {named:?}");
+    }
+
+    ns.create_lock("l", json!({})).await;
+    let op = OperatorProc::start(&ns.ns, "op", &ns.kubeconfig, &[]);
+    ns.create_gated_pod("holder", "l", "600s").await;
+    wait_pod(&ns, "holder", "granted", |p| !is_gated(p)).await;
+    ns.create_gated_pod("waiter", "l", "1s").await;
+    let lock_series = format!("leasehold_lock_waiters{{namespace=\"{}\",lock=\"l\"}} 1", ns.ns);
+    wait_until("the lock's series show one waiter", WAIT, || async {
+        op.get("/metrics").await.is_some_and(|t| t.contains(lock_series.as_str()))
+    })
+    .await;
+    let text = op.get("/metrics").await.unwrap();
+    let missing: Vec<&String> = named.iter().filter(|n| !exports(&text, n)).collect();
+    assert!(missing.is_empty(), "named by the alerts or the dashboard but not exported: {missing:?}\n{text}");
+    assert!(!exports(&text, "leasehold_not_a_metric"), "the check can fail");
+    for series in ["leasehold_lock_held{", "leasehold_lock_held_since_seconds{", "leasehold_lock_highest_token{"] {
+        assert!(text.contains(&format!("{series}namespace=\"{}\",lock=\"l\"}}", ns.ns)), "{series}\n{text}");
+    }
+    assert!(text.contains("leasehold_leader 1"), "{text}");
+    ns.cleanup().await;
 }

@@ -125,6 +125,28 @@ impl Metrics {
             per_lock: Mutex::default(),
         };
 
+        // Known reasons start at 0 (Prometheus practice): a family with no series yet is not
+        // exported at all, and an alert on it could not tell "none yet" from "not exported".
+        for (family, reasons) in [
+            (&m.rejections, &["LockBusy", "LockWaitTimeout"][..]),
+            (&m.reclaims, &["StartTimeout", "HolderNodeLost"][..]),
+            (
+                &m.reconcile_errors,
+                &[
+                    "Conflict",
+                    "Forbidden",
+                    "ApiError",
+                    "ApiTimeout",
+                    "LeaseNotOwned",
+                    "TokenExhausted",
+                    "MalformedObject",
+                ][..],
+            ),
+        ] {
+            for reason in reasons {
+                let _ = family.get_or_create(&ReasonLabels { reason: reason.to_string() });
+            }
+        }
         let r = registry.sub_registry_with_prefix("leasehold");
         r.register("grants", "Grants written to a Lease", m.grants.clone());
         r.register("releases", "Holders released, by reason", m.releases.clone());
