@@ -110,9 +110,12 @@ async fn a_service_account_bound_only_to_the_holder_role_holds_locks() {
     let nowatch = service_account(&ns, "nowatch", None);
     let sa = format!("--serviceaccount={}:nowatch", ns.ns);
     ns.kubectl(&["create", "rolebinding", "nowatch", "--role=nowatch", &sa]);
+    // (On a lock of its own: the operator may grant its claim before the refused watch ends the
+    // wait, and the lock then stays with that claim until its lease expires.)
+    ns.create_lock("nw", json!({})).await;
     let nowatch_locks: Api<DistributedLock> = Api::namespaced(client_for(&nowatch).await, &ns.ns);
-    wait_until("nowatch may get lock l", WAIT, || async { nowatch_locks.get("l").await.is_ok() }).await;
-    let mut p = ns.lock_process_as("nowatch", &nowatch, &["l", "--", "true"]);
+    wait_until("nowatch may get lock nw", WAIT, || async { nowatch_locks.get("nw").await.is_ok() }).await;
+    let mut p = ns.lock_process_as("nowatch", &nowatch, &["nw", "--", "true"]);
     assert_eq!(p.wait_exit().await, 1, "log:\n{}", p.output());
     assert!(p.output().contains("watch DistributedLockClaim failed"), "{}", p.output());
     assert!(p.output().contains("forbidden"), "{}", p.output());
