@@ -72,20 +72,18 @@ fn plain_manifests_are_up_to_date() {
 /// `template`, rendered for the release `leasehold` (the names docs/install.md uses), one entry per
 /// group and resource. No wildcards, Secrets, `escalate`, `bind` or `impersonate`.
 fn cluster_role_rules(template: &str) -> BTreeSet<Vec<String>> {
-    use serde::Deserialize;
     let out = run(Command::new(helm()).args(["template", "leasehold", "charts/leasehold", "-s", template]));
     let mut rules = BTreeSet::new();
-    for doc in serde_yaml::Deserializer::from_str(&out) {
-        let role = serde_yaml::Value::deserialize(doc).expect("ClusterRole YAML");
+    for role in serde_saphyr::from_multiple::<serde_json::Value>(&out).expect("ClusterRole YAML") {
         if role.is_null() {
             continue;
         }
         assert_eq!(role["kind"].as_str(), Some("ClusterRole"), "{template}: {role:?}");
         let name = role["metadata"]["name"].as_str().expect("name").to_string();
-        for rule in role["rules"].as_sequence().expect("rules") {
+        for rule in role["rules"].as_array().expect("rules") {
             let list = |key: &str| -> Vec<String> {
                 rule[key]
-                    .as_sequence()
+                    .as_array()
                     .unwrap_or_else(|| panic!("{key} in {rule:?}"))
                     .iter()
                     .map(|v| v.as_str().unwrap().to_string())
@@ -167,12 +165,12 @@ fn docs_list_exactly_the_holder_and_aggregated_role_rules() {
 #[test]
 fn the_holder_and_aggregated_roles_can_be_turned_off() {
     let cluster_roles = |extra: &[&str]| -> BTreeSet<String> {
-        use serde::Deserialize;
         let mut args = vec!["template", "leasehold", "charts/leasehold"];
         args.extend(extra);
         let out = run(Command::new(helm()).args(&args));
-        serde_yaml::Deserializer::from_str(&out)
-            .map(|d| serde_yaml::Value::deserialize(d).unwrap())
+        serde_saphyr::from_multiple::<serde_json::Value>(&out)
+            .unwrap()
+            .into_iter()
             .filter(|v| v["kind"].as_str() == Some("ClusterRole"))
             .map(|v| v["metadata"]["name"].as_str().unwrap().to_string())
             .collect()
