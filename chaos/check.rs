@@ -121,6 +121,48 @@ impl Report {
     }
 }
 
+/// Sections of the `leasehold lock` commands from the section log's lines (JSON: `ev`, `lock`,
+/// `holder`, `token`, `t`), and how many lines could not be read. A section ends at its `end`
+/// line (the command recorded it); one killed before it could (SIGKILL by the watchdog or the
+/// supervisor) ends when the runner saw its process gone (`dead`, polled every 10 ms: an upper
+/// bound); one with neither ran until the run ended.
+pub fn sections_from_log(text: &str) -> (Vec<Section>, usize) {
+    let mut open: BTreeMap<(String, i64), (String, u64)> = BTreeMap::new();
+    let (mut out, mut bad) = (vec![], 0);
+    for line in text.lines() {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+            bad += 1;
+            continue;
+        };
+        let (holder, token, t) = (
+            v["holder"].as_str().unwrap_or("").to_string(),
+            v["token"].as_i64().unwrap_or(0),
+            v["t"].as_u64().unwrap_or(0),
+        );
+        let lock = v["lock"].as_str().unwrap_or("").to_string();
+        match v["ev"].as_str() {
+            Some("start") => {
+                open.insert((holder, token), (lock, t));
+            }
+            Some("end" | "dead") => {
+                if let Some((lock, start)) = open.remove(&(holder.clone(), token)) {
+                    out.push(Section { lock, holder, kind: Kind::Cli, token, start, end: t });
+                }
+            }
+            _ => {}
+        }
+    }
+    out.extend(open.into_iter().map(|((holder, token), (lock, start))| Section {
+        lock,
+        holder,
+        kind: Kind::Cli,
+        token,
+        start,
+        end: u64::MAX,
+    }));
+    (out, bad)
+}
+
 /// Checks a history. Faults of kind `holder-pause` (target: holder identity) and `node-loss`
 /// (target: `*`, every pod) are the only ones that allow an overlap (not `holder-cut`: a holder
 /// cut off from the API server stops itself at its renew deadline, inside the lease), and only when every write
@@ -256,6 +298,28 @@ mod tests {
         let cut = [Fault { kind: "holder-cut".into(), target: "a".into(), start: 5, end: 25 }];
         let r = check(&sections, &[w(1, "a", 1, 26, false)], &cut);
         assert_eq!(r.forbidden().count(), 1, "{r:?}");
+    }
+
+    #[test]
+    fn a_killed_section_ends_when_its_process_was_seen_gone() {
+        let line = |ev: &str, holder: &str, t: u64| {
+            format!(r#"{{"ev":"{ev}","lock":"l","holder":"{holder}","token":1,"t":{t}}}"#)
+        };
+        let log = [
+            line("start", "killed", 10),
+            line("dead", "killed", 25),
+            line("start", "clean", 30),
+            line("end", "clean", 40),
+            line("dead", "clean", 41),
+            line("start", "running", 50),
+            "not json".to_string(),
+        ]
+        .join("\n");
+        let (mut sections, bad) = sections_from_log(&log);
+        sections.sort_by_key(|s| s.start);
+        let ends: Vec<(&str, u64)> = sections.iter().map(|s| (s.holder.as_str(), s.end)).collect();
+        assert_eq!(ends, [("killed", 25), ("clean", 40), ("running", u64::MAX)]);
+        assert_eq!(bad, 1);
     }
 
     #[test]

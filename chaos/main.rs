@@ -114,6 +114,32 @@ fn verdict(ok: bool) -> &'static str {
 // ------------------------------------------------------------------------------------------
 // The section process: the command a `leasehold lock` holder runs.
 
+/// Appends one event line (`start`, `end`, `dead`) of a section to the section log: one write(2)
+/// per line on an O_APPEND file, so lines of concurrent processes never interleave (`writeln!`
+/// would write the pieces one by one, and did).
+fn append_event(log: &Path, ev: &str, lock: &str, holder: &str, token: i64) {
+    let mut line = json!({"ev": ev, "lock": lock, "holder": holder, "token": token, "t": now_ns()}).to_string();
+    line.push('\n');
+    use std::io::Write as _;
+    let mut f = std::fs::OpenOptions::new().create(true).append(true).open(log).unwrap();
+    f.write_all(line.as_bytes()).expect("section log");
+}
+
+/// A section's pid file: `<pid> <token>`.
+fn read_pid_file(path: &Path) -> Option<(u32, i64)> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let mut parts = text.split_whitespace();
+    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+}
+
+/// Whether process `pid` is gone or a zombie (it can run no code any more).
+fn process_gone(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat.rsplit_once(')').and_then(|(_, rest)| rest.trim_start().chars().next()) == Some('Z'),
+    }
+}
+
 /// `section --lock L --pg PORT --log FILE --pids DIR`: records its start, writes to the fenced
 /// sink with `$LEASEHOLD_FENCING_TOKEN`, works 300-900 ms, writes again, records its end. On
 /// SIGTERM (the lock was lost) it records its end and exits 143.
@@ -122,19 +148,14 @@ fn section_main(args: &[String]) {
     let (lock, port, log, pids) = (value("--lock"), value("--pg"), value("--log"), value("--pids"));
     let token: i64 = std::env::var("LEASEHOLD_FENCING_TOKEN").expect("token").parse().expect("token");
     let holder = std::env::var("LEASEHOLD_HOLDER").expect("holder identity");
-    let _ = std::fs::write(Path::new(&pids).join(&holder), std::process::id().to_string());
+    let record = |ev: &str| append_event(Path::new(&log), ev, &lock, &holder, token);
+    // The start first, then the pid file: the nemesis picks holders to pause by their pid file,
+    // so a pause can never fall between the two and make the start look later than it was
+    // (a run once saw a paused holder's start recorded after the next holder's).
+    record("start");
+    let _ = std::fs::write(Path::new(&pids).join(&holder), format!("{} {token}", std::process::id()));
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    rt.block_on(async move {
-        let record = |ev: &str| {
-            // One write(2) per line on an O_APPEND file: lines of concurrent section processes
-            // never interleave (`writeln!` would write the pieces one by one, and did).
-            let mut line = json!({"ev": ev, "lock": lock, "holder": holder, "token": token, "t": now_ns()}).to_string();
-            line.push('\n');
-            use std::io::Write as _;
-            let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&log).unwrap();
-            f.write_all(line.as_bytes()).expect("section log");
-        };
-        record("start");
+    rt.block_on(async {
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).unwrap();
         let work = async {
             let db = sink::connect(port.parse().unwrap()).await.ok()?;
@@ -491,12 +512,24 @@ async fn cli_worker(w: Arc<World>, lock: String, i: usize) {
         w.waiting.lock().unwrap().insert(id.clone(), lock.clone());
         w.cli_pids.lock().unwrap().insert(id.clone(), child.id().unwrap_or(0));
         let watch_grant = {
-            let (w, id, pids) = (w.clone(), id.clone(), pids.clone());
+            let (w, id, pids, log, lock) = (w.clone(), id.clone(), pids.clone(), log.clone(), lock.clone());
             tokio::spawn(async move {
                 while !pids.join(&id).exists() {
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
                 w.waiting.lock().unwrap().remove(&id);
+                // When the section process dies: the end of its critical section when it was
+                // killed (SIGKILL by the watchdog or the supervisor) and could not record one.
+                // Its own task, not aborted when the supervisor exits.
+                let pid = read_pid_file(&pids.join(&id));
+                if let Some((pid, token)) = pid {
+                    tokio::spawn(async move {
+                        while !process_gone(pid) {
+                            tokio::time::sleep(Duration::from_millis(10)).await;
+                        }
+                        append_event(&log, "dead", &lock, &id, token);
+                    });
+                }
             })
         };
         let out = child.wait_with_output().await.unwrap();
@@ -645,45 +678,10 @@ async fn watch_pods(w: Arc<World>) {
     }
 }
 
-/// Sections of the `leasehold lock` commands, from their start/end lines, and how many lines
-/// could not be read (the harness's own fault; it voids the run).
+/// Sections of the `leasehold lock` commands from the section log ([`check::sections_from_log`]),
+/// and how many lines could not be read (the harness's own fault; it voids the run).
 fn cli_sections(path: &Path) -> (Vec<Section>, usize) {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let mut open: BTreeMap<(String, i64), (String, u64)> = BTreeMap::new();
-    let (mut out, mut bad) = (vec![], 0);
-    for line in text.lines() {
-        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
-            bad += 1;
-            continue;
-        };
-        let (holder, token, t) = (
-            v["holder"].as_str().unwrap_or("").to_string(),
-            v["token"].as_i64().unwrap_or(0),
-            v["t"].as_u64().unwrap_or(0),
-        );
-        let lock = v["lock"].as_str().unwrap_or("").to_string();
-        match v["ev"].as_str() {
-            Some("start") => {
-                open.insert((holder, token), (lock, t));
-            }
-            Some("end") => {
-                if let Some((lock, start)) = open.remove(&(holder.clone(), token)) {
-                    out.push(Section { lock, holder, kind: Kind::Cli, token, start, end: t });
-                }
-            }
-            _ => {}
-        }
-    }
-    // A command that never recorded its end ran until the run ended (killed with its group).
-    out.extend(open.into_iter().map(|((holder, token), (lock, start))| Section {
-        lock,
-        holder,
-        kind: Kind::Cli,
-        token,
-        start,
-        end: u64::MAX,
-    }));
-    (out, bad)
+    check::sections_from_log(&std::fs::read_to_string(path).unwrap_or_default())
 }
 
 // ------------------------------------------------------------------------------------------
@@ -847,8 +845,7 @@ async fn inject(w: Arc<World>, kind: &'static str, hold: Duration, pick: usize) 
             }
             let (id, supervisor) = running[pick % running.len()].clone();
             target = id.clone();
-            let command: Option<i32> =
-                std::fs::read_to_string(w.out.join("pids").join(&id)).ok().and_then(|s| s.trim().parse().ok());
+            let command: Option<i32> = read_pid_file(&w.out.join("pids").join(&id)).map(|(pid, _)| pid as i32);
             start = now_ns();
             signal(supervisor as i32, SIGSTOP);
             if kind == "holder-pause"

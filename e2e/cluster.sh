@@ -461,6 +461,16 @@ cmd_restart() {
   # A component may fail to come up while another one is unwell (an apiserver whose etcd is
   # paused exits): try again, up to 10 times, and never tear the control plane down from here.
   for attempt in 1 2 3 4 5 6 7 8 9 10; do
+    # The controllers exit at once while the API server is down (being restarted itself): wait
+    # for it first (a chaos run restarted kube-controller-manager during an API server restart
+    # and used up every attempt).
+    case $comp in
+      etcd | kube-apiserver) ;;
+      *)
+        deadline=$((SECONDS + 60))
+        until probe kube-apiserver 2>/dev/null || ((SECONDS >= deadline)); do sleep 0.5; done
+        ;;
+    esac
     start "$comp" "${args[@]}"
     deadline=$((SECONDS + timeout))
     while live_pid "$comp" >/dev/null && ((SECONDS < deadline)); do
