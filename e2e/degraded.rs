@@ -298,12 +298,12 @@ async fn readyz_and_the_lock_condition_turn_unready_while_lease_writes_are_denie
     assert_eq!(op.http_status("/readyz").await, Some(200), "one failed write does not make the operator unready");
     let unready_within = leasehold::health::UNREADY_AFTER + Duration::from_secs(10);
     wait_until("/readyz 503", unready_within, || async move {
-        op_get(opr, "/readyz").await.is_some_and(|(code, body)| {
+        opr.request("/readyz").await.is_some_and(|(code, body)| {
             code == 503 && body.contains("protocol writes failing") && body.contains("update Lease")
         })
     })
     .await;
-    let (_, metrics) = op_get(&op, "/metrics").await.unwrap();
+    let (_, metrics) = op.request("/metrics").await.unwrap();
     let failing: f64 = metrics
         .lines()
         .find_map(|l| l.strip_prefix("leasehold_protocol_writes_failing_seconds "))
@@ -325,17 +325,4 @@ async fn readyz_and_the_lock_condition_turn_unready_while_lease_writes_are_denie
     wait_until("/readyz 200", WAIT, || async move { opr.http_status("/readyz").await == Some(200) }).await;
     drop(deny);
     ns.cleanup().await;
-}
-
-/// Status code and body of `GET path` on the operator's admin server.
-async fn op_get(op: &OperatorProc, path: &str) -> Option<(u16, String)> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", op.admin_port)).await.ok()?;
-    let req = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
-    s.write_all(req.as_bytes()).await.ok()?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).await.ok()?;
-    let code = out.split_whitespace().nth(1)?.parse().ok()?;
-    let body = out.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
-    Some((code, body))
 }

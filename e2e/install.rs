@@ -240,26 +240,27 @@ impl OperatorProc {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
-    /// HTTP status of `GET path` on its admin server (`None` when nothing answers).
-    pub async fn http_status(&self, path: &str) -> Option<u16> {
+    /// Status code and body of `GET path` on its admin server (`None` when nothing answers).
+    pub async fn request(&self, path: &str) -> Option<(u16, String)> {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let mut s = tokio::net::TcpStream::connect(("127.0.0.1", self.admin_port)).await.ok()?;
         let req = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
         s.write_all(req.as_bytes()).await.ok()?;
         let mut out = String::new();
         s.read_to_string(&mut out).await.ok()?;
-        out.split_whitespace().nth(1)?.parse().ok()
+        let code = out.split_whitespace().nth(1)?.parse().ok()?;
+        let body = out.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+        Some((code, body))
+    }
+
+    /// HTTP status of `GET path` on its admin server (`None` when nothing answers).
+    pub async fn http_status(&self, path: &str) -> Option<u16> {
+        self.request(path).await.map(|(code, _)| code)
     }
 
     /// The body of `GET path` on its admin server (`None` when nothing answers).
     pub async fn get(&self, path: &str) -> Option<String> {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", self.admin_port)).await.ok()?;
-        let req = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
-        s.write_all(req.as_bytes()).await.ok()?;
-        let mut out = String::new();
-        s.read_to_string(&mut out).await.ok()?;
-        out.split_once("\r\n\r\n").map(|(_, b)| b.to_string())
+        self.request(path).await.map(|(_, body)| body)
     }
 }
 
