@@ -63,8 +63,19 @@ start() {
   printf '%s\0' "$@" >"$dir/pids/$comp.cmd" # for `restart`
   log "starting $comp"
   setsid "$@" </dev/null >>"$dir/logs/$comp.log" 2>&1 9>&- & # 9: the lock fd, see lock()
-  echo $! >"$(pidfile "$comp")"
-  disown $! # not our job any more: no "Killed" notice if `up` has to stop it
+  local pid=$! i
+  echo "$pid" >"$(pidfile "$comp")"
+  disown "$pid" # not our job any more: no "Killed" notice if `up` has to stop it
+  # Until the forked shell has exec'd setsid and setsid (or `env`, for kwok) the component,
+  # /proc/$pid/cmdline names bash, setsid or env, and live_pid would say the component is not
+  # running. wait_for checks live_pid right after its first probe: on a loaded machine that fell
+  # in this window, and a CI run's `up` gave up on a kube-apiserver that was starting normally
+  # ("exited while waiting", empty log, then "stopping kube-apiserver (pid ...)").
+  for ((i = 0; i < 200; i++)); do # 10 s
+    live_pid "$comp" >/dev/null && return 0
+    alive "$pid" || return 0 # it died: wait_for reports it, with its log
+    sleep 0.05
+  done
 }
 
 # True while a process exists and is not a zombie. The components are orphans reparented to PID 1
