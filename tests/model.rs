@@ -27,7 +27,10 @@
 //!   gives up `renewDeadline` after the start of its last successful renewal, can be paused
 //!   (SIGSTOP) past its deadline, can have its claim deleted under it; a per-claim busy policy.
 //! - **Third parties**: the Lease deleted, or edited to name a waiter with a plausible UID and
-//!   token.
+//!   token; the lock deleted and recreated with the same name (new UID, empty status), its old
+//!   Lease left until the garbage collector removes it (the operator does not touch a Lease
+//!   another lock object controls: `LeaseNotOwned`), pods and claims keeping the tokens the
+//!   old object granted.
 //! - **Time**: whole seconds; `leaseDurationSeconds` 3, renew deadline 2, node-loss timeout 3
 //!   (or 1), start timeout 10 000 (effectively off) or 1.
 //!
@@ -35,9 +38,10 @@
 //! - **I1** at most one holder whose work runs, except a holder on a lost node or a holder paused
 //!   past its deadline, and then its token is lower than the other's (a fenced resource rejects
 //!   its late writes);
-//! - **I2** tokens handed to holders strictly increase in grant order (never repeat); no token is
-//!   written above the reservation the API server holds; the operator never moves the Lease's
-//!   token below one it handed out;
+//! - **I2** tokens handed to holders of one lock object strictly increase in grant order (never
+//!   repeat); no token is written above that object's reservation; the operator never moves the
+//!   Lease's token below one it handed out (a recreated lock may start again at 1 once no holder
+//!   of the old object runs; while one runs, I1 forbids anyone beside it);
 //! - **I3** a waiter is answered once: a waiter marked rejected is never granted afterwards, and
 //!   a rejection never lands on a waiter that was granted;
 //! - **I4** (liveness, in a bounded, settled-state form) in every reachable state that is
@@ -75,8 +79,9 @@
 //! Bounds: `LEASEHOLD_MODEL_DEPTH` (replaces each configuration's depth below),
 //! `LEASEHOLD_MODEL_EXTRA_DEPTH` (adds to it; `make model` sets 1) and `LEASEHOLD_MODEL_STATES`.
 //! A depth bound of d checks paths of at most d - 2 actions (stateright counts the initial state
-//! as depth 1 and drops states at the bound unchecked). Not modelled yet: a lock deleted and
-//! recreated, a foreign Lease, watch relists that drop deletions, the immediate deletion of a
+//! as depth 1 and drops states at the bound unchecked). Not modelled yet: a foreign Lease
+//! created by someone else before the lock's own (the recreated lock's old Lease is one case of
+//! it), watch relists that drop deletions, the immediate deletion of a
 //! pod that was never bound (modelled as graceful), a no-op status patch that keeps the
 //! resourceVersion (every modelled write bumps it), a pod's status updates other than start /
 //! finish (a Pending pod's condition update would change its resourceVersion).
@@ -104,6 +109,7 @@ const HANDOVER: &str = "a second grant happens (the bound reaches a handover)";
 const RECLAIM: &str = "a start timeout deletes a holder that did not start";
 const REJECT_BUSY: &str = "a skip waiter is rejected (LockBusy)";
 const REJECT_TIMEOUT: &str = "a max-wait waiter is rejected (LockWaitTimeout)";
+const RECREATE_GRANT: &str = "the recreated lock object grants";
 const POD_NAMES: [&str; 3] = ["pod-a", "pod-b", "pod-c"];
 const CLAIM_NAMES: [&str; 2] = ["claim-x", "claim-y"];
 
@@ -126,6 +132,10 @@ enum Bug {
     /// After the first grant, the operator never grants again (a grant on a Lease that already
     /// carries a token becomes a plain release, or `Idle`).
     NoGrantAfterRelease,
+    /// The conversion ignores a holder granted by an earlier lock object with the same name
+    /// (as if tokens counted only for the lock UID that granted them): the bug a replay found on
+    /// the real control plane, a recreated lock ungating a second pod with token 1.
+    IgnoreOldGrants,
 }
 
 /// A waiter's `leasehold.dev/on-busy` and `leasehold.dev/max-wait` (claims: `spec.onBusy`,
@@ -156,6 +166,9 @@ struct Config {
     /// Third parties may also rewrite the Lease's holder (what the chart's admission policy
     /// `<release>-lease-grants` forbids everyone but the operator).
     forge: bool,
+    /// The lock may be deleted and recreated with the same name (once; a fault): the old Lease
+    /// stays until the garbage collector removes it ([`Action::LeaseCollected`]).
+    recreate: bool,
     /// Start with the first pod already holding (granted token 1, running): reaches the states
     /// after a handover within a smaller bound.
     start_held: bool,
@@ -181,6 +194,7 @@ impl Config {
         faults: 1,
         restarts: 1,
         forge: false,
+        recreate: false,
         start_held: false,
         held_pending: false,
         node_loss_secs: 3,
@@ -207,11 +221,16 @@ struct LeaseObj {
     /// `leasehold.dev/token-floor`; `None` when missing (a Lease the operator did not write).
     floor: Option<i64>,
     renew: Option<u16>,
+    /// Generation ([`LockObj::uid`]) of the lock object its controller ownerReference names.
+    owner: u8,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct LockObj {
     rv: u16,
+    /// The object's UID, as a generation: 0, then 1 once deleted and recreated with the same
+    /// name ([`Action::LockRecreated`]).
+    uid: u8,
     ceiling: i64,
     highest: i64,
 }
@@ -238,6 +257,10 @@ struct PodObj {
     deleting: bool,
     token: Option<i64>,
     node_lost: bool,
+    /// Generation of the lock object whose operator granted `token` (for the planted bug
+    /// [`Bug::IgnoreOldGrants`]; the pod's `leasehold.dev/granted-lock` names the lock, not
+    /// its UID, so the product cannot tell).
+    granted_by: Option<u8>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -290,8 +313,11 @@ struct World {
     api: View,
     ops: Vec<Operator>,
     procs: Vec<ClaimProc>,
-    /// Tokens handed to holders, in grant order.
-    handed: Vec<i64>,
+    /// Tokens handed to holders, in grant order, each with the generation of the lock object
+    /// the granting operator acted for (its view's [`LockObj::uid`]).
+    handed: Vec<(u8, i64)>,
+    /// `tokenCeiling` of the deleted lock object (generation 0) once it is recreated.
+    old_ceiling: i64,
     faults: u8,
     restarts: u8,
     /// Bit per pod slot: its pod was recreated once (the bound).
@@ -309,6 +335,8 @@ const RECLAIMED: u8 = 1;
 const REJECTED_BUSY: u8 = 2;
 /// A max-wait waiter was rejected (LockWaitTimeout).
 const REJECTED_TIMEOUT: u8 = 4;
+/// A holder was granted by the recreated lock object.
+const GRANTED_AFTER_RECREATE: u8 = 8;
 const REJECTED_THEN_GRANTED: &str = "I3: a rejected waiter was granted";
 
 /// A kind the operator watches: each kind's cache lags on its own (its own watch).
@@ -358,6 +386,11 @@ enum Action {
     LeaseDeleted,
     /// A third party edits the Lease to name waiting pod `n` with a plausible token.
     LeaseForged(usize),
+    /// Someone deletes the lock and creates it again with the same name: a new UID, an empty
+    /// status (`tokenCeiling` 0). Pods and claims keep their annotations and tokens.
+    LockRecreated,
+    /// The garbage collector deletes a Lease whose owner (the lock object) is gone.
+    LeaseCollected,
 }
 
 struct LockModel {
@@ -381,6 +414,7 @@ impl LockModel {
                     deleting: false,
                     token: None,
                     node_lost: false,
+                    granted_by: None,
                 })
             })
             .collect();
@@ -397,18 +431,18 @@ impl LockModel {
             .collect();
         // Start where every lock is after its first reconcile: tokens reserved, the Lease
         // created free (the bootstrap path is explored again after a Lease deletion).
-        let lease = LeaseObj { rv: 1, holder: None, token: 0, floor: Some(0), renew: None };
-        let lock = LockObj { rv: 1, ceiling: 1000, highest: 0 };
+        let lease = LeaseObj { rv: 1, holder: None, token: 0, floor: Some(0), renew: None, owner: 0 };
+        let lock = LockObj { rv: 1, uid: 0, ceiling: 1000, highest: 0 };
         let mut api = View { lease: Some(lease), lock, pods, claims };
         let mut handed = vec![];
         if self.cfg.start_held {
             let p = api.pods[0].as_mut().unwrap();
             let phase = if self.cfg.held_pending { PodPhase::Pending } else { PodPhase::Running };
-            (p.gated, p.phase, p.token) = (false, phase, Some(1));
+            (p.gated, p.phase, p.token, p.granted_by) = (false, phase, Some(1), Some(0));
             let holder = Some((POD_NAMES[0].to_string(), p.uid.clone(), HolderKind::Pod));
-            api.lease = Some(LeaseObj { rv: 1, holder, token: 1, floor: Some(0), renew: Some(1) });
+            api.lease = Some(LeaseObj { rv: 1, holder, token: 1, floor: Some(0), renew: Some(1), owner: 0 });
             api.lock.highest = 1;
-            handed.push(1);
+            handed.push((0, 1));
         }
         let op = Operator { cache: api.clone(), session: None, clocks: Clocks::default() };
         World {
@@ -418,6 +452,7 @@ impl LockModel {
             ops: vec![op; self.cfg.operators],
             procs: vec![ClaimProc::default(); self.cfg.claims],
             handed,
+            old_ceiling: 0,
             faults: 0,
             restarts: 0,
             recreated: 0,
@@ -440,6 +475,9 @@ fn snapshot(view: &View, fresh_reservation: Option<i64>, cfg: &Config) -> Snapsh
     let mut candidates = vec![];
     for (i, p) in view.pods.iter().enumerate() {
         let Some(p) = p else { continue };
+        if cfg.bug == Some(Bug::IgnoreOldGrants) && p.granted_by.is_some_and(|g| g != view.lock.uid) {
+            continue;
+        }
         let started = p.phase != PodPhase::Pending;
         let (on_busy, max_wait) = policy(cfg.pod_policy[i]);
         candidates.push(Candidate {
@@ -521,24 +559,46 @@ impl World {
         self.next_rv
     }
 
-    fn hand(&mut self, token: i64) {
-        if self.handed.last().is_some_and(|last| token <= *last) {
+    /// The reservation (`tokenCeiling`) of lock object `generation`: the live one's, or the
+    /// last one the deleted object had.
+    fn ceiling_of(&self, generation: u8) -> i64 {
+        if generation == self.api.lock.uid { self.api.lock.ceiling } else { self.old_ceiling }
+    }
+
+    /// The last token handed out for lock object `generation`.
+    fn last_handed(&self, generation: u8) -> Option<i64> {
+        self.handed.iter().rev().find(|(g, _)| *g == generation).map(|(_, t)| *t)
+    }
+
+    /// I2 is per lock object: a recreated lock may start again at 1 once no holder of the old
+    /// one runs (a holder that still runs is I1's business: nobody else may run beside it).
+    fn hand(&mut self, generation: u8, token: i64) {
+        if self.last_handed(generation).is_some_and(|last| token <= last) {
             self.broken.get_or_insert("I2: a token handed to a holder is not above every earlier one");
         }
-        if token > self.api.lock.ceiling {
+        if token > self.ceiling_of(generation) {
             self.broken.get_or_insert("I2: a token above the reservation was handed out");
         }
-        self.handed.push(token);
+        self.handed.push((generation, token));
     }
 
     /// The Lease the operator writes: `holder` (or free), keeping the last token when free.
-    fn write_lease(&mut self, base: Option<&LeaseObj>, holder: Option<&Grant>, floor: Option<i64>) -> LeaseObj {
+    /// `owner`: the ownerReference (a create sets the lock object of the writer's view; an
+    /// update keeps the one it read).
+    fn write_lease(
+        &mut self,
+        base: Option<&LeaseObj>,
+        holder: Option<&Grant>,
+        floor: Option<i64>,
+        owner: u8,
+    ) -> LeaseObj {
         let rv = self.rv();
         let token = holder.map_or(base.map_or(0, |b| b.token), |g| g.token);
-        if token > self.api.lock.ceiling || floor.is_some_and(|f| f > self.api.lock.ceiling) {
+        let ceiling = self.ceiling_of(owner);
+        if token > ceiling || floor.is_some_and(|f| f > ceiling) {
             self.broken.get_or_insert("I2: the Lease was written above the reservation");
         }
-        if holder.is_some() && self.handed.last().is_some_and(|last| token < *last) {
+        if holder.is_some() && self.last_handed(owner).is_some_and(|last| token < last) {
             self.broken.get_or_insert("I2: the operator moved the Lease's token below one it handed out");
         }
         let lease = LeaseObj {
@@ -547,6 +607,7 @@ impl World {
             token,
             floor: floor.or(base.and_then(|b| b.floor)),
             renew: holder.map(|_| rv),
+            owner,
         };
         self.api.lease = Some(lease.clone());
         lease
@@ -554,9 +615,20 @@ impl World {
 
     /// Operator `n`'s next decision, by the real step function, on its session view (or, with
     /// no session, its cache), with a planted bug applied to it.
+    /// `None` when nothing is decided: the step function's error (tokens exhausted), or, at the
+    /// start of a reconcile, a Lease controlled by another lock object (the controller's
+    /// `LeaseNotOwned`: no write, a recheck later).
     fn decide(&self, n: usize, cfg: &Config) -> Option<(Session, machine::Step)> {
-        let session =
-            self.ops[n].session.clone().unwrap_or(Session { view: self.ops[n].cache.clone(), fresh_reservation: None });
+        let session = match &self.ops[n].session {
+            Some(s) => s.clone(),
+            None => {
+                let cache = &self.ops[n].cache;
+                if cache.lease.as_ref().is_some_and(|l| l.owner != cache.lock.uid) {
+                    return None;
+                }
+                Session { view: cache.clone(), fresh_reservation: None }
+            }
+        };
         let snap = snapshot(&session.view, session.fresh_reservation, cfg);
         let now = Duration::from_secs(self.now.into());
         let mut step = machine::step(&snap, now, &self.ops[n].clocks).ok()?;
@@ -600,7 +672,8 @@ impl World {
             }
             Decision::CreateLease { holder, floor } => {
                 if self.api.lease.is_none() {
-                    view.lease = Some(self.write_lease(None, holder.as_ref(), Some(floor)));
+                    let owner = view.lock.uid;
+                    view.lease = Some(self.write_lease(None, holder.as_ref(), Some(floor), owner));
                     true
                 } else {
                     false
@@ -692,7 +765,7 @@ impl World {
         if seen.rv != current.rv && bug != Some(Bug::LeaseWithoutPrecondition) {
             return false;
         }
-        view.lease = Some(self.write_lease(Some(&seen), holder, floor));
+        view.lease = Some(self.write_lease(Some(&seen), holder, floor, current.owner));
         true
     }
 
@@ -708,12 +781,18 @@ impl World {
                 let rejected = matches!(p.phase, PodPhase::Failed | PodPhase::FailedStopping);
                 let new_grant = p.gated || p.token != Some(g.token);
                 (p.gated, p.token, p.rv) = (false, Some(g.token), rv);
+                if new_grant {
+                    p.granted_by = Some(view.lock.uid);
+                }
                 view.pods[i] = Some(p.clone());
                 if new_grant {
                     if rejected {
                         self.broken.get_or_insert(REJECTED_THEN_GRANTED);
                     }
-                    self.hand(g.token);
+                    self.hand(view.lock.uid, g.token);
+                    if view.lock.uid > 0 {
+                        self.events |= GRANTED_AFTER_RECREATE;
+                    }
                 }
                 true
             }
@@ -730,7 +809,10 @@ impl World {
                     self.broken.get_or_insert(REJECTED_THEN_GRANTED);
                 }
                 if new_grant {
-                    self.hand(g.token);
+                    self.hand(view.lock.uid, g.token);
+                    if view.lock.uid > 0 {
+                        self.events |= GRANTED_AFTER_RECREATE;
+                    }
                 }
                 true
             }
@@ -834,7 +916,13 @@ impl World {
             return stuck;
         }
         let env_owes =
-            self.api.pods.iter().flatten().any(|p| !p.node_lost && (p.deleting || p.phase == PodPhase::FailedStopping))
+            self.api.lease.as_ref().is_some_and(|l| l.owner != self.api.lock.uid)
+                || self
+                    .api
+                    .pods
+                    .iter()
+                    .flatten()
+                    .any(|p| !p.node_lost && (p.deleting || p.phase == PodPhase::FailedStopping))
                 || self.procs.iter().enumerate().any(|(i, p)| {
                     p.paused || (!p.done && self.api.claims[i].as_ref().is_some_and(|c| c.token.is_some()))
                 });
@@ -934,6 +1022,12 @@ impl Model for LockModel {
         if fault && w.api.lease.is_some() {
             out.push(Action::LeaseDeleted);
         }
+        if fault && self.cfg.recreate && w.api.lock.uid == 0 {
+            out.push(Action::LockRecreated);
+        }
+        if w.api.lease.as_ref().is_some_and(|l| l.owner != w.api.lock.uid) {
+            out.push(Action::LeaseCollected);
+        }
     }
 
     fn next_state(&self, w: &World, action: Action) -> Option<World> {
@@ -993,6 +1087,7 @@ impl Model for LockModel {
                     deleting: false,
                     token: None,
                     node_lost: false,
+                    granted_by: None,
                 });
             }
             Action::NodeLost(i) => {
@@ -1050,8 +1145,16 @@ impl Model for LockModel {
                 let token = w.api.lock.highest + 1;
                 let holder = Some((POD_NAMES[i].to_string(), p.uid.clone(), HolderKind::Pod));
                 let floor = w.api.lease.as_ref().and_then(|l| l.floor).or(Some(0));
-                w.api.lease = Some(LeaseObj { rv, holder, token, floor, renew: Some(rv) });
+                let owner = w.api.lease.as_ref().map_or(w.api.lock.uid, |l| l.owner);
+                w.api.lease = Some(LeaseObj { rv, holder, token, floor, renew: Some(rv), owner });
             }
+            Action::LockRecreated => {
+                w.faults += 1;
+                w.old_ceiling = w.api.lock.ceiling;
+                let rv = w.rv();
+                w.api.lock = LockObj { rv, uid: 1, ceiling: 0, highest: 0 };
+            }
+            Action::LeaseCollected => w.api.lease = None,
         }
         Some(w)
     }
@@ -1066,6 +1169,7 @@ impl Model for LockModel {
             Property::sometimes(RECLAIM, |_, w: &World| w.events & RECLAIMED != 0),
             Property::sometimes(REJECT_BUSY, |_, w: &World| w.events & REJECTED_BUSY != 0),
             Property::sometimes(REJECT_TIMEOUT, |_, w: &World| w.events & REJECTED_TIMEOUT != 0),
+            Property::sometimes(RECREATE_GRANT, |_, w: &World| w.events & GRANTED_AFTER_RECREATE != 0),
         ]
     }
 }
@@ -1276,6 +1380,25 @@ fn a_planted_bug_ignored_max_wait_is_caught() {
 fn a_planted_bug_no_grant_after_release_is_caught() {
     let cfg = Config { pods: 2, restarts: 0, faults: 0, start_held: true, ..Config::BASE };
     planted_violates(Bug::NoGrantAfterRelease, cfg, 7, I4);
+}
+
+/// A lock deleted and recreated with the same name while pod-a, granted token 1 by the old
+/// object, still runs: the old Lease stays until the garbage collector removes it, caches lag,
+/// the operator restarts. The new object must not grant pod-b beside pod-a: it reserves above
+/// pod-a's token, adopts it, and grants pod-b above it once pod-a is done.
+#[test]
+fn a_recreated_lock_never_ignores_a_holder_of_the_old_object() {
+    let cfg = Config { pods: 2, recreate: true, start_held: true, ..Config::BASE };
+    assert_safe("recreate", cfg, 12, &[RECREATE_GRANT]);
+}
+
+/// The checker can fail I1 here: a conversion that ignores holders granted by an earlier lock
+/// object (tokens counted only for the lock UID that granted them) lets the recreated lock
+/// grant pod-b while pod-a still runs.
+#[test]
+fn a_planted_bug_ignoring_the_old_objects_holder_is_caught() {
+    let cfg = Config { pods: 2, recreate: true, start_held: true, restarts: 0, ..Config::BASE };
+    planted_violates(Bug::IgnoreOldGrants, cfg, 11, I1);
 }
 
 /// Runs `cfg` with `bug` planted and asserts the checker finds a counterexample to `property`.
