@@ -139,6 +139,33 @@ async fn clean_release_hands_over_at_once_and_a_deleted_claim_does_not_revoke_a_
     ns.cleanup().await;
 }
 
+/// A guard dropped without `release()` (an early return, `?`, a panic) releases in the
+/// background: the next waiter is granted well inside the 15 s lease, which an expiry could not
+/// do, and the dropped holder's claim is deleted.
+#[tokio::test]
+async fn a_lock_guard_dropped_without_release_hands_over_without_waiting_for_the_lease() {
+    let mut ns = TestNs::new("dropguard").await;
+    ns.create_lock("l", json!({})).await; // 15 s lease
+    ns.start_operator(&[]);
+    let a = Holder::new(ns.client.clone(), &ns.ns, "l", "a").acquire(Some(WAIT)).await.expect("a acquires");
+    let b_holder = Holder::new(ns.client.clone(), &ns.ns, "l", "b");
+    let b_task = tokio::spawn(async move { b_holder.acquire(Some(WAIT)).await });
+    let claims = ns.api::<DistributedLockClaim>();
+    wait_until("b queued", WAIT, || async { claims.list(&Default::default()).await.is_ok_and(|l| l.items.len() == 2) })
+        .await;
+    let dropped = Instant::now();
+    drop(a);
+    let b = b_task.await.unwrap().expect("b acquires");
+    assert!(dropped.elapsed() < Duration::from_secs(5), "handover after a drop took {:?}", dropped.elapsed());
+    assert_eq!(b.token(), 2);
+    wait_until("a's claim deleted", WAIT, || async {
+        claims.list(&Default::default()).await.is_ok_and(|l| l.items.iter().map(|c| c.spec.identity.as_str()).eq(["b"]))
+    })
+    .await;
+    b.release().await.expect("b releases");
+    ns.cleanup().await;
+}
+
 #[tokio::test]
 async fn paused_holder_loses_the_lock_and_its_late_write_is_rejected_by_the_fenced_object() {
     let mut ns = TestNs::new("zombie").await;

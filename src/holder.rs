@@ -385,6 +385,14 @@ async fn delete_claim(claims: &Api<DistributedLockClaim>, name: &str, uid: &str)
 }
 
 /// A held lock. Renews in the background until released or lost.
+///
+/// Dropping it without [`LockGuard::release`] (an early return, `?`, a panic that unwinds)
+/// stops the renewals at once and starts the same owner-verified release in the background, on
+/// the tokio runtime the drop runs in: the next waiter is granted as after `release()`. That
+/// release is best effort: when there is no runtime, or it shuts down first (the end of
+/// `main`), or the API server cannot be reached, the lock frees when the Lease expires,
+/// `leaseDurationSeconds` after the last renewal, and the operator marks the claim `Expired`.
+/// Call `release()` to know that it happened.
 pub struct LockGuard {
     lock: String,
     identity: String,
@@ -396,6 +404,8 @@ pub struct LockGuard {
     lost_rx: watch::Receiver<Option<LostReason>>,
     renewed_rx: watch::Receiver<Instant>,
     renewer: tokio::task::JoinHandle<()>,
+    /// `release()` ran: the drop has nothing left to do.
+    released: bool,
 }
 
 impl LockGuard {
@@ -450,6 +460,7 @@ impl LockGuard {
             lost_rx,
             renewed_rx,
             renewer,
+            released: false,
         })
     }
 
@@ -493,7 +504,8 @@ impl LockGuard {
     /// # Errors
     /// [`HolderError::NotHolder`] when the Lease no longer names this holder (nothing is
     /// changed); [`HolderError::Kube`] when the API fails.
-    pub async fn release(self) -> Result<(), HolderError> {
+    pub async fn release(mut self) -> Result<(), HolderError> {
+        self.released = true;
         self.renewer.abort();
         let result = clear_holder(&self.leases, &self.lock, &self.identity, &self.claim_uid).await;
         delete_claim(&self.claims, &self.claim_name, &self.claim_uid).await;
@@ -506,8 +518,23 @@ impl LockGuard {
 }
 
 impl Drop for LockGuard {
+    /// Stops renewing; without an earlier `release()`, releases in the background (see
+    /// [`LockGuard`]).
     fn drop(&mut self) {
         self.renewer.abort();
+        if self.released {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        let (leases, claims) = (self.leases.clone(), self.claims.clone());
+        let (lock, identity) = (self.lock.clone(), self.identity.clone());
+        let (claim_name, claim_uid) = (self.claim_name.clone(), self.claim_uid.clone());
+        runtime.spawn(async move {
+            if let Err(e) = clear_holder(&leases, &lock, &identity, &claim_uid).await {
+                tracing::debug!(error = %e, lock, "release of a dropped lock guard failed; the Lease will expire");
+            }
+            delete_claim(&claims, &claim_name, &claim_uid).await;
+        });
     }
 }
 
