@@ -499,6 +499,74 @@ async fn chart_installs_upgrades_and_uninstalls() {
     ns.cleanup().await;
 }
 
+/// Renders the chart with `values` and has the API server validate every object it renders
+/// (`kubectl apply --dry-run=server`); returns the rendering.
+fn server_dry_run_of_the_chart(ns: &TestNs, values: &[&str]) -> String {
+    let mut args = vec!["template", "lh-render", "charts/leasehold", "-n", &ns.ns, "--include-crds"];
+    args.extend(values);
+    let out = Command::new(kubectl().parent().unwrap().join("helm")).current_dir(repo()).args(&args).output().unwrap();
+    assert!(out.status.success(), "helm template {values:?}: {}", String::from_utf8_lossy(&out.stderr));
+    let rendered = String::from_utf8_lossy(&out.stdout).into_owned();
+    let mut child = Command::new(kubectl())
+        .env("KUBECONFIG", &ns.kubeconfig)
+        .args(["apply", "--dry-run=server", "-f", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child.stdin.take().unwrap().write_all(rendered.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "API server rejected the chart rendered with {values:?}:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let objects = rendered.matches("\nkind: ").count() + usize::from(rendered.starts_with("kind: "));
+    let accepted = String::from_utf8_lossy(&out.stdout).matches("(server dry run)").count();
+    assert_eq!(accepted, objects, "every rendered object was validated: {}", String::from_utf8_lossy(&out.stdout));
+    rendered
+}
+
+/// The optional ServiceMonitor and PrometheusRule against the real prometheus-operator CRDs
+/// (their OpenAPI schemas, from the pinned release's Go module, `e2e/harness/prometheus-crds.sh`),
+/// installed into the cluster for this test; the dashboard ConfigMap beside them.
+#[tokio::test]
+async fn the_monitoring_objects_are_accepted_by_the_prometheus_operator_crds() {
+    let ns = TestNs::new("promcrds").await;
+    let out = Command::new(repo().join("e2e/harness/prometheus-crds.sh")).output().unwrap();
+    assert!(out.status.success(), "prometheus-crds.sh: {}", String::from_utf8_lossy(&out.stderr));
+    let dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    for kind in ["servicemonitors", "prometheusrules"] {
+        let file = dir.join(format!("monitoring.coreos.com_{kind}.yaml"));
+        ns.kubectl(&["apply", "--server-side", "--force-conflicts", "-f", file.to_str().unwrap()]);
+        ns.kubectl(&[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            &format!("crd/{kind}.monitoring.coreos.com"),
+        ]);
+    }
+    let values = [
+        "--set",
+        "monitoring.serviceMonitor.enabled=true",
+        "--set",
+        "monitoring.serviceMonitor.labels.release=prometheus",
+        "--set",
+        "monitoring.prometheusRule.enabled=true",
+        "--set",
+        "monitoring.prometheusRule.labels.release=prometheus",
+        "--set",
+        "monitoring.dashboard.enabled=true",
+    ];
+    let rendered = server_dry_run_of_the_chart(&ns, &values);
+    for kind in ["ServiceMonitor", "PrometheusRule", "ConfigMap"] {
+        assert!(rendered.contains(&format!("\nkind: {kind}\n")), "the rendering has a {kind}");
+    }
+    ns.cleanup().await;
+}
+
 #[tokio::test]
 async fn everything_the_chart_renders_is_accepted_by_the_api_server() {
     let ns = TestNs::new("render").await;
@@ -561,31 +629,7 @@ async fn everything_the_chart_renders_is_accepted_by_the_api_server() {
         ],
     ];
     for values in sets {
-        let mut args = vec!["template", "lh-render", "charts/leasehold", "-n", &ns.ns, "--include-crds"];
-        args.extend(&values);
-        let out =
-            Command::new(kubectl().parent().unwrap().join("helm")).current_dir(repo()).args(&args).output().unwrap();
-        assert!(out.status.success(), "helm template {values:?}: {}", String::from_utf8_lossy(&out.stderr));
-        let rendered = String::from_utf8_lossy(&out.stdout).into_owned();
-        let mut child = Command::new(kubectl())
-            .env("KUBECONFIG", &ns.kubeconfig)
-            .args(["apply", "--dry-run=server", "-f", "-"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        use std::io::Write;
-        child.stdin.take().unwrap().write_all(rendered.as_bytes()).unwrap();
-        let out = child.wait_with_output().unwrap();
-        assert!(
-            out.status.success(),
-            "API server rejected the chart rendered with {values:?}:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let objects = rendered.matches("\nkind: ").count() + usize::from(rendered.starts_with("kind: "));
-        let accepted = String::from_utf8_lossy(&out.stdout).matches("(server dry run)").count();
-        assert_eq!(accepted, objects, "every rendered object was validated: {}", String::from_utf8_lossy(&out.stdout));
+        server_dry_run_of_the_chart(&ns, &values);
     }
     ns.cleanup().await;
 }

@@ -1,6 +1,6 @@
 //! The Helm chart without a cluster: `helm lint` is clean, its CRDs are `crds/`, the plain
 //! manifests in `deploy/` are up to date, and docs/install.md lists exactly the rules of the
-//! operator's ClusterRole and of the roles for holders and users.
+//! operator's ClusterRole and of the roles for holders and users, and the alerts are valid PromQL.
 //! (Installing, upgrading and validating against the API server: `e2e/install.rs`.)
 
 use std::collections::BTreeSet;
@@ -255,5 +255,38 @@ fn max_wait_admission_pattern_matches_the_operators_parser() {
         let admitted = re.is_match(v) && nonzero.is_match(v);
         let parsed = leasehold::lock::policy::parse_max_wait(Some(v)).is_ok();
         assert_eq!(admitted, parsed, "max-wait {v:?}: admission {admitted}, operator {parsed}");
+    }
+}
+
+/// Every alert expression of the chart's PrometheusRule is valid PromQL (the `promql-parser`
+/// crate, GreptimeDB's port of the Prometheus parser): the PrometheusRule CRD's schema takes any
+/// string, and Prometheus would only refuse a broken rule once installed. Each alert also names
+/// a `leasehold_` metric (the e2e test `every_metric_the_alerts_and_the_dashboard_name_is_exported`
+/// checks that the operator exports them).
+#[test]
+fn every_alert_expression_is_valid_promql() {
+    assert!(
+        promql_parser::parser::parse("time() - leasehold_lock_held_since_seconds >").is_err(),
+        "the check can fail"
+    );
+    let out = run(Command::new(helm()).args([
+        "template",
+        "lh",
+        "charts/leasehold",
+        "--show-only",
+        "templates/prometheusrule.yaml",
+        "--set",
+        "monitoring.prometheusRule.enabled=true",
+    ]));
+    let rule: serde_json::Value = serde_saphyr::from_str(&out).expect("PrometheusRule YAML");
+    let rules: Vec<&serde_json::Value> =
+        rule["spec"]["groups"].as_array().unwrap().iter().flat_map(|g| g["rules"].as_array().unwrap()).collect();
+    assert!(rules.len() >= 5, "{out}");
+    for r in rules {
+        let (alert, expr) = (r["alert"].as_str().unwrap(), r["expr"].as_str().unwrap());
+        if let Err(e) = promql_parser::parser::parse(expr) {
+            panic!("alert {alert}: expr {expr:?} is not valid PromQL: {e}");
+        }
+        assert!(expr.contains("leasehold_"), "alert {alert} names a leasehold metric: {expr}");
     }
 }
