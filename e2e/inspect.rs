@@ -146,3 +146,40 @@ async fn why_and_status_say_when_a_lock_or_pod_does_not_exist() {
     assert!(err.contains("no-such-context"), "{err}");
     ns.cleanup().await;
 }
+
+/// The binary works as a kubectl plugin: on `PATH` as `kubectl-leasehold` (a symlink, or what a
+/// krew package installs), `kubectl leasehold status` and `kubectl leasehold why` run it, with
+/// kubectl's own `KUBECONFIG`.
+#[tokio::test]
+async fn status_and_why_run_as_a_kubectl_plugin() {
+    let mut ns = TestNs::new("inspect-plugin").await;
+    ns.create_lock("l", json!({})).await;
+    ns.start_operator(&[]);
+    ns.create_gated_pod("holder", "l", "10m").await;
+    wait_pod(&ns, "holder", "granted", |p| !is_gated(p)).await;
+    let dir = std::env::temp_dir().join(format!("leasehold-plugin-{}", ns.ns));
+    std::fs::create_dir_all(&dir).unwrap();
+    let plugin = dir.join("kubectl-leasehold");
+    let _ = std::fs::remove_file(&plugin);
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_leasehold"), &plugin).unwrap();
+    let path = format!("{}:{}", dir.display(), std::env::var("PATH").unwrap_or_default());
+    let kubectl = |args: &[&str]| {
+        let out = Command::new(crate::support::kubectl())
+            .args(args)
+            .env("PATH", &path)
+            .env("KUBECONFIG", &ns.kubeconfig)
+            .output()
+            .expect("run kubectl");
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success(), "kubectl {args:?}: {text}");
+        text
+    };
+    let list = kubectl(&["plugin", "list"]);
+    assert!(list.contains(&plugin.display().to_string()), "{list}");
+    let status = kubectl(&["leasehold", "status", "-n", &ns.ns]);
+    assert!(status.lines().any(|l| l.starts_with("l ") && l.contains("holder")), "{status}");
+    let why = kubectl(&["leasehold", "why", "holder", "-n", &ns.ns]);
+    assert!(why.contains("holds lock l"), "{why}");
+    std::fs::remove_dir_all(&dir).unwrap();
+    ns.cleanup().await;
+}
