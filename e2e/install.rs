@@ -1497,3 +1497,45 @@ async fn every_metric_the_alerts_and_the_dashboard_name_is_exported() {
     assert!(text.contains("leasehold_leader 1"), "{text}");
     ns.cleanup().await;
 }
+
+/// `rbac.scope=Namespace` (docs/install.md, "Namespace scope"): the chart's ServiceAccount may
+/// read and write in the served namespace only, plus nodes and that one namespace object; the
+/// operator, run with a token of that ServiceAccount and the chart's `--namespace`, gets ready
+/// (every watch listed, the namespace watch through `resourceNames`) and grants there, with no
+/// 403 in its log.
+#[tokio::test]
+async fn a_namespace_scoped_install_serves_its_namespace_with_a_role() {
+    let ns = TestNs::new("nsscope").await;
+    let release = Release::install(&ns, &["--set", "replicaCount=1", "--set", "rbac.scope=Namespace"]);
+    let user = release.operator_username();
+    let can_i = |args: &[&str]| -> bool {
+        let out = Command::new(kubectl())
+            .env("KUBECONFIG", &ns.kubeconfig)
+            .args(["auth", "can-i", "--as", &user])
+            .args(args)
+            .output()
+            .expect("run kubectl auth can-i");
+        String::from_utf8_lossy(&out.stdout).trim() == "yes"
+    };
+    assert!(can_i(&["patch", "pods", "-n", &ns.ns]) && can_i(&["update", "leases", "-n", &ns.ns]));
+    assert!(!can_i(&["patch", "pods", "-n", "default"]), "pods of another namespace");
+    assert!(!can_i(&["list", "pods", "--all-namespaces"]), "pods of every namespace");
+    assert!(!can_i(&["list", "distributedlocks.leasehold.dev", "-n", "default"]));
+    assert!(can_i(&["list", "nodes"]), "nodes");
+    assert!(can_i(&["watch", &format!("namespaces/{}", ns.ns)]), "its own namespace object");
+    assert!(!can_i(&["list", "namespaces"]), "every namespace object");
+
+    let kc = token_kubeconfig(&ns, "operator", &create_token(&ns, &release.fullname(), None));
+    let op = OperatorProc::start(&ns.ns, "ns-scope", &kc, &[]);
+    let opr = &op;
+    wait_until("the operator ready", WAIT, || async move { opr.http_status("/readyz").await == Some(200) }).await;
+    ns.create_lock("l", json!({})).await;
+    ns.create_gated_pod("a", "l", "1s").await;
+    ns.create_gated_pod("b", "l", "1s").await;
+    wait_pod(&ns, "b", "Succeeded", |p| phase(p) == "Succeeded").await;
+    let log = op.log_text();
+    assert!(!log.contains("403") && !log.to_lowercase().contains("forbidden"), "a request was refused:\n{log}");
+    drop(op);
+    release.uninstall();
+    ns.cleanup().await;
+}

@@ -290,3 +290,62 @@ fn every_alert_expression_is_valid_promql() {
         assert!(expr.contains("leasehold_"), "alert {alert} names a leasehold metric: {expr}");
     }
 }
+
+/// `rbac.scope: Namespace`: the operator's rules are a Role in the served namespace, the same
+/// rules as the cluster-wide ClusterRole but the two cluster-scoped reads, which a ClusterRole of
+/// their own grants (nodes, and only the served namespace object); the operator is started with
+/// `--namespace`, and every admission policy binding is limited to that namespace.
+#[test]
+fn namespace_scope_grants_a_role_in_the_served_namespace_and_two_cluster_reads() {
+    let args = ["-n", "team", "--set", "rbac.scope=Namespace", "--set", "rbac.namespace=apps"];
+    let mut cmd = Command::new(helm());
+    cmd.args(["template", "leasehold", "charts/leasehold"]).args(args);
+    let objects: Vec<serde_json::Value> = serde_saphyr::from_multiple(&run(&mut cmd)).unwrap();
+    let find = |kind: &str, name: &str| {
+        objects
+            .iter()
+            .find(|o| o["kind"].as_str() == Some(kind) && o["metadata"]["name"].as_str() == Some(name))
+            .unwrap_or_else(|| panic!("no {kind} {name}"))
+    };
+    let rules = |o: &serde_json::Value| -> BTreeSet<String> {
+        o["rules"].as_array().unwrap().iter().map(|r| serde_json::to_string(r).unwrap()).collect()
+    };
+    let cluster_wide = without_role(cluster_role_rules("templates/clusterrole.yaml"));
+    let role = find("Role", "leasehold");
+    assert_eq!(role["metadata"]["namespace"].as_str(), Some("apps"));
+    let role_resources: BTreeSet<String> = role["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|r| r["resources"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()))
+        .collect();
+    let expected: BTreeSet<String> =
+        cluster_wide.iter().map(|r| r[1].clone()).filter(|r| r != "nodes" && r != "namespaces").collect();
+    assert_eq!(role_resources, expected, "the Role has the ClusterRole's namespaced rules");
+    let reads = find("ClusterRole", "leasehold-cluster-reads");
+    assert_eq!(
+        rules(reads),
+        BTreeSet::from([
+            r#"{"apiGroups":[""],"resourceNames":["apps"],"resources":["namespaces"],"verbs":["list","watch"]}"#.into(),
+            r#"{"apiGroups":[""],"resources":["nodes"],"verbs":["list","watch"]}"#.into(),
+        ])
+    );
+    assert!(!objects.iter().any(|o| o["metadata"]["name"].as_str() == Some("leasehold") && o["kind"] == "ClusterRole"));
+    let binding = find("RoleBinding", "leasehold");
+    assert_eq!(
+        (binding["metadata"]["namespace"].as_str(), binding["roleRef"]["kind"].as_str()),
+        (Some("apps"), Some("Role"))
+    );
+    assert_eq!(binding["subjects"][0]["namespace"].as_str(), Some("team"));
+    find("ClusterRoleBinding", "leasehold-cluster-reads");
+    let deployment = find("Deployment", "leasehold");
+    let container_args = &deployment["spec"]["template"]["spec"]["containers"][0]["args"];
+    assert!(container_args.as_array().unwrap().iter().any(|a| a == "--namespace=apps"), "{container_args}");
+    let bindings: Vec<_> =
+        objects.iter().filter(|o| o["kind"].as_str().is_some_and(|k| k.ends_with("AdmissionPolicyBinding"))).collect();
+    assert!(bindings.len() >= 4, "{} policy bindings", bindings.len());
+    for b in bindings {
+        let selector = &b["spec"]["matchResources"]["namespaceSelector"]["matchLabels"];
+        assert_eq!(selector["kubernetes.io/metadata.name"].as_str(), Some("apps"), "{}", b["metadata"]["name"]);
+    }
+}

@@ -70,3 +70,20 @@ tests/chart.rs (max_wait_admission_pattern_matches_the_operators_parser). */}}
 {{- define "leasehold.maxWaitPattern" -}}
 ^[[:space:]]*([0-9]+([.][0-9]+)?[[:space:]]*(nanos|nsec|ns|usec|us|µs|millis|msec|ms|seconds|second|secs|sec|s|minutes|minute|mins|min|m|hours|hour|hrs|hr|h|days|day|d|weeks|week|wks|wk|w|months|month|M|years|year|yrs|yr|y)[[:space:]]*)+$
 {{- end -}}
+
+{{/* The namespace the operator serves with rbac.scope Namespace. */}}
+{{- define "leasehold.servedNamespace" -}}
+{{- default .Release.Namespace .Values.rbac.namespace }}
+{{- end }}
+
+{{/* The namespaceSelector of the admission policy bindings: admissionPolicies.namespaceSelector
+     when set; with rbac.scope Namespace, the served namespace only (other namespaces have no
+     operator here, and a pod gated there would wait for nobody); else none (every namespace). */}}
+{{- define "leasehold.policyNamespaceSelector" -}}
+{{- if .Values.admissionPolicies.namespaceSelector }}
+{{- toYaml .Values.admissionPolicies.namespaceSelector }}
+{{- else if eq .Values.rbac.scope "Namespace" }}
+matchLabels:
+  kubernetes.io/metadata.name: {{ include "leasehold.servedNamespace" . }}
+{{- end }}
+{{- end }}
