@@ -13,7 +13,7 @@ demo-down:
 test:
 	cargo test --lib --bins --tests -- --test-threads=3
 
-lint: chart-lint image-check
+lint: chart-lint image-check lib-check
 	cargo fmt --all -- --check
 	cargo clippy --all-targets -- -D warnings
 
@@ -26,6 +26,17 @@ DURATION ?= 10m
 SEED ?= 1
 chaos:
 	cargo test --test chaos -- --duration $(DURATION) --seed $(SEED)
+
+# The holder library on its own (`default-features = false`, README "Holding a lock from a
+# process"): it builds, and it pulls in none of the operator's dependencies.
+.PHONY: lib-check
+LIB_ONLY := --no-default-features --features k8s-openapi/v1_37
+lib-check:
+	cargo check --lib $(LIB_ONLY)
+	mkdir -p target && cargo tree $(LIB_ONLY) --edges normal --prefix none > target/lib-deps.txt
+	@if awk '{print $$1}' target/lib-deps.txt | \
+	  grep -E -x 'anyhow|axum|clap|kube-lease-manager|nix|prometheus-client|tabwriter|tracing-subscriber'; then \
+	  echo "lib-check: the holder library pulls in the operator's dependencies above" >&2; exit 1; fi
 
 .PHONY: model
 model:
