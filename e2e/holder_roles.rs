@@ -153,6 +153,14 @@ async fn a_service_account_bound_only_to_the_holder_role_holds_locks() {
     let renewal = tokio::time::timeout(Duration::from_secs(10), renewed.changed()).await;
     assert!(renewal.is_ok_and(|r| r.is_ok()), "a renewal succeeded within 10 s");
     assert!(!guard.is_lost());
+    // The same account cannot force-release, not even its own grant: the revocation (a
+    // tombstone holder) is refused by the chart's Lease policy, which lets a holder only renew
+    // and release its own grant; the holder keeps the lock.
+    let (code, out) = crate::install::leasehold_cli(&kc, &["release", "l", "-n", &ns.ns, "--force"]);
+    assert_ne!(code, 0, "a holder force-released: {out}");
+    assert!(out.contains("lease-grants"), "refused by the Lease policy: {out}");
+    assert_eq!(lease_holder(&ns, "l").await.as_deref(), Some(user.as_str()));
+    assert!(!guard.is_lost());
     guard.release().await.expect("release");
     wait_released(&ns, "l").await;
 
