@@ -350,13 +350,13 @@ fn namespace_scope_grants_a_role_in_the_served_namespace_and_two_cluster_reads()
     }
 }
 
-/// docs/install.md's Values table and values.yaml agree: every value (a key whose value is not a
+/// The chart README's Values table and values.yaml agree: every value (a key whose value is not a
 /// map, or a map the table names as a whole, like `resources`) is in the table itself or under a
 /// key the table names, and every name in the table is a key of values.yaml. In the table,
 /// `` `a.b` / `.c` `` is `a.b` and `a.c`.
 #[test]
 fn the_values_table_documents_every_value_and_only_values() {
-    let doc = std::fs::read_to_string(repo().join("docs/install.md")).unwrap();
+    let doc = std::fs::read_to_string(repo().join("charts/leasehold/README.md")).unwrap();
     let table = doc.split("## Values").nth(1).unwrap().split("\n## ").next().unwrap();
     let mut documented = BTreeSet::new();
     for row in table.lines().filter(|l| l.starts_with("| `")) {
@@ -388,11 +388,11 @@ fn the_values_table_documents_every_value_and_only_values() {
     keys("", &values, &mut all);
     let paths: BTreeSet<&str> = all.iter().map(|(p, _)| p.as_str()).collect();
     let stale: Vec<_> = documented.iter().filter(|d| !paths.contains(d.as_str())).collect();
-    assert!(stale.is_empty(), "docs/install.md names values that values.yaml does not have: {stale:?}");
+    assert!(stale.is_empty(), "the chart README names values that values.yaml does not have: {stale:?}");
     let covered = |p: &str| {
         documented.contains(p)
             || documented.iter().any(|d| p.strip_prefix(d.as_str()).is_some_and(|rest| rest.starts_with('.')))
     };
     let missing: Vec<_> = all.iter().filter(|(p, is_map)| !is_map && !covered(p)).map(|(p, _)| p).collect();
-    assert!(missing.is_empty(), "values.yaml has values the docs/install.md table does not document: {missing:?}");
+    assert!(missing.is_empty(), "values.yaml has values the chart README's table does not document: {missing:?}");
 }
