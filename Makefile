@@ -27,14 +27,19 @@ SEED ?= 1
 chaos:
 	cargo test --test chaos -- --duration $(DURATION) --seed $(SEED)
 
-# The holder library on its own (`default-features = false`, README "Holding a lock from a
-# process"): it builds, and it pulls in none of the operator's dependencies.
+# The holder library on its own (README "Holding a lock from a process"): a downstream crate that
+# depends on leasehold with `default-features = false` (tests/downstream/) builds, and its
+# dependency tree has none of the operator's dependencies.
 .PHONY: lib-check
-LIB_ONLY := --no-default-features --features k8s-openapi/v1_37
 lib-check:
-	cargo check --lib $(LIB_ONLY)
-	mkdir -p target && cargo tree $(LIB_ONLY) --edges normal --prefix none > target/lib-deps.txt
-	@if awk '{print $$1}' target/lib-deps.txt | \
+	mkdir -p target/lib-check/src
+	sed "s|@REPO@|$(CURDIR)|" tests/downstream/Cargo.toml.in > target/lib-check/Cargo.toml
+	cp tests/downstream/lib.rs target/lib-check/src/lib.rs
+	cp Cargo.lock target/lib-check/Cargo.lock
+	cargo check --manifest-path target/lib-check/Cargo.toml --target-dir target/lib-check/target
+	cargo tree --manifest-path target/lib-check/Cargo.toml --edges normal --prefix none > target/lib-check/deps.txt
+	grep -q -x 'leasehold v0.1.0 ($(CURDIR))' target/lib-check/deps.txt
+	@if awk '{print $$1}' target/lib-check/deps.txt | \
 	  grep -E -x 'anyhow|axum|clap|kube-lease-manager|nix|prometheus-client|tabwriter|tracing-subscriber'; then \
 	  echo "lib-check: the holder library pulls in the operator's dependencies above" >&2; exit 1; fi
 
