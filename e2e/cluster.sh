@@ -62,7 +62,7 @@ start() {
   local comp=$1; shift
   printf '%s\0' "$@" >"$dir/pids/$comp.cmd" # for `restart`
   log "starting $comp"
-  setsid "$@" </dev/null >>"$dir/logs/$comp.log" 2>&1 9>&- & # 9: the lock fd, see lock()
+  setsid "$@" </dev/null >>"$dir/logs/$comp.log" 2>&1 8>&- 9>&- & # 8, 9: the lock fds, see lock()
   local pid=$! i
   echo "$pid" >"$(pidfile "$comp")"
   disown "$pid" # not our job any more: no "Killed" notice if `up` has to stop it
@@ -514,11 +514,24 @@ root=${LEASEHOLD_RUN_DIR:-/tmp/leasehold-clusters}
 dir=$root/$name
 
 # up and down of one NAME are serialised (two test processes calling `up` at once get one cluster).
-# The components must not inherit fd 9, or they would hold the lock for as long as they run.
+# The components must not inherit fds 8 and 9, or they would hold the locks for as long as they run.
 lock() {
   mkdir -p "$root"
   exec 9>"$root/.$name.lock"
   flock 9
+}
+
+# restart of one component excludes up and down (shared lock on the cluster's lock) and another
+# restart of the same component, not a restart of another one: a kube-controller-manager restart
+# waits for the API server (see cmd_restart), and with one lock for all it held the lock while a
+# kube-apiserver restart queued behind it, so the API server stayed down for ten minutes (a chaos
+# run: "kube-controller-manager did not come back after 10 attempts").
+lock_restart() {
+  mkdir -p "$root"
+  exec 9>"$root/.$name.lock"
+  flock -s 9
+  exec 8>"$root/.$name.$1.lock"
+  flock 8
 }
 
 case $command in
@@ -526,6 +539,10 @@ case $command in
   down) lock; cmd_down ;;
   status) cmd_status ;;
   env) cmd_env ;;
-  restart) [ -n "$component" ] || usage; lock; cmd_restart "$component" ;;
+  restart)
+    [[ " ${components[*]} " == *" $component "* ]] || usage
+    lock_restart "$component"
+    cmd_restart "$component"
+    ;;
   *) usage ;;
 esac
