@@ -448,7 +448,18 @@ async fn chart_installs_upgrades_and_uninstalls() {
     assert!(out.status.success(), "helm upgrade: {}", String::from_utf8_lossy(&out.stderr));
     let dep = ns.api::<Deployment>().get(&full).await.unwrap();
     assert_eq!(dep.spec.replicas, Some(3));
-    assert_eq!(dep.status.as_ref().and_then(|s| s.ready_replicas), Some(3));
+    // `helm upgrade --wait` returns once the new pods are ready; an old pod can still be
+    // counted ready while it terminates (a CI run saw 4), so wait for the rollout to settle.
+    let deployments = ns.api::<Deployment>();
+    wait_until("3 updated replicas, all ready, no old pod left", WAIT, || async {
+        deployments
+            .get(&full)
+            .await
+            .ok()
+            .and_then(|d| d.status)
+            .is_some_and(|s| (s.replicas, s.updated_replicas, s.ready_replicas) == (Some(3), Some(3), Some(3)))
+    })
+    .await;
     let op = operator_container(&dep);
     assert!(op.args.unwrap().contains(&"--log-format=plain".to_string()));
     assert_eq!(op.resources.unwrap().limits.unwrap()["memory"].0, "512Mi");
