@@ -431,8 +431,7 @@ impl LockGuard {
                 return Err(HolderError::NotHolder(h.lock.clone()));
             }
             Err(e) => {
-                let _ = clear_holder(&leases, &h.lock, &h.identity, &claim_uid).await;
-                delete_claim(&claims, &claim_name, &claim_uid).await;
+                let _ = free(&leases, &claims, &h.lock, &h.identity, &claim_name, &claim_uid).await;
                 return Err(e);
             }
         }
@@ -507,9 +506,7 @@ impl LockGuard {
     pub async fn release(mut self) -> Result<(), HolderError> {
         self.released = true;
         self.renewer.abort();
-        let result = clear_holder(&self.leases, &self.lock, &self.identity, &self.claim_uid).await;
-        delete_claim(&self.claims, &self.claim_name, &self.claim_uid).await;
-        match result {
+        match free(&self.leases, &self.claims, &self.lock, &self.identity, &self.claim_name, &self.claim_uid).await {
             Ok(true) => Ok(()),
             Ok(false) => Err(HolderError::NotHolder(self.lock.clone())),
             Err(e) => Err(e),
@@ -530,12 +527,26 @@ impl Drop for LockGuard {
         let (lock, identity) = (self.lock.clone(), self.identity.clone());
         let (claim_name, claim_uid) = (self.claim_name.clone(), self.claim_uid.clone());
         runtime.spawn(async move {
-            if let Err(e) = clear_holder(&leases, &lock, &identity, &claim_uid).await {
+            if let Err(e) = free(&leases, &claims, &lock, &identity, &claim_name, &claim_uid).await {
                 tracing::debug!(error = %e, lock, "release of a dropped lock guard failed; the Lease will expire");
             }
-            delete_claim(&claims, &claim_name, &claim_uid).await;
         });
     }
+}
+
+/// A release: clears the Lease's holder if it still names this claim ([`clear_holder`]), then
+/// deletes the claim whatever that answered. `Ok(false)`: the Lease named someone else.
+async fn free(
+    leases: &Api<Lease>,
+    claims: &Api<DistributedLockClaim>,
+    lock: &str,
+    identity: &str,
+    claim_name: &str,
+    claim_uid: &str,
+) -> Result<bool, HolderError> {
+    let result = clear_holder(leases, lock, identity, claim_uid).await;
+    delete_claim(claims, claim_name, claim_uid).await;
+    result
 }
 
 fn names_us(lease: &Lease, identity: &str, claim_uid: &str) -> bool {
