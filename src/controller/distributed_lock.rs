@@ -146,19 +146,28 @@ async fn reconcile_lock(lock: Arc<DistributedLock>, ctx: Arc<Context>, started: 
                     .await
                     .inspect_err(|e| count_conflict(&ctx.metrics, e))?;
                 lease_obj = Some(written);
+                // The new holder first (its pod ungated, its claim granted): the release's
+                // Event and the old claim's status are not on the handover's path.
+                let granted = match holder {
+                    Some(g) => {
+                        ctx.metrics.grants.inc();
+                        if released.is_some() {
+                            ctx.metrics.handover.observe(started.elapsed().as_secs_f64());
+                        }
+                        tracing::info!(lock = %name, namespace = %ns, pod = %g.name, token = g.token, "granted");
+                        ctx.failpoint("exit-after-lease-grant");
+                        Some(patch_holder(&ctx, &ns, &lock, &g).await)
+                    }
+                    None => None,
+                };
                 if let Some(r) = &released {
+                    // Also when the holder patch failed: the Lease records the release.
                     record_release(&ctx, &lock, r).await;
                     let view = lease_obj.as_ref().map(lease::view).unwrap_or_default();
                     expire_claims(&ctx, &ns, &lock, &mut snapshot, &view, Some(r)).await?;
                 }
-                if let Some(g) = holder {
-                    ctx.metrics.grants.inc();
-                    if released.is_some() {
-                        ctx.metrics.handover.observe(started.elapsed().as_secs_f64());
-                    }
-                    tracing::info!(lock = %name, namespace = %ns, pod = %g.name, token = g.token, "granted");
-                    ctx.failpoint("exit-after-lease-grant");
-                    snapshot.absorb_candidate(patch_holder(&ctx, &ns, &lock, &g).await?);
+                if let Some(patched) = granted {
+                    snapshot.absorb_candidate(patched?);
                 }
             }
             Decision::RepairLease { holder, floor } => {
@@ -714,15 +723,46 @@ async fn write_status(
     if new == old {
         return Ok(());
     }
-    patch_status_view(api, lock, &new).await
+    let uid = lock.uid().unwrap_or_default();
+    let digest = status_digest(&new);
+    let recently = |(at, d): &(Instant, u64)| *d == digest && at.elapsed() < STATUS_CACHE_LAG;
+    if ctx.status_written.lock().unwrap_or_else(|e| e.into_inner()).get(&uid).is_some_and(recently) {
+        // Written moments ago; the cache has not caught up with our own write yet.
+        return Ok(());
+    }
+    patch_status_view(api, lock, &new, ctx).await
+}
+
+/// How long a status the operator applied is taken as still current when the lock cache shows
+/// something else: the cache lags the operator's own write by milliseconds; past this, the
+/// cache is believed (a hand edit of the status is repaired by the next reconcile).
+const STATUS_CACHE_LAG: Duration = Duration::from_secs(10);
+
+/// Digest of the status fields the operator applies ([`patch_status_view`]), condition
+/// timestamps left out: a stale cache makes a condition's `lastTransitionTime` look new, and
+/// that alone is no reason to write again.
+fn status_digest(status: &DistributedLockStatus) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut s = status.clone();
+    s.token_ceiling = 0;
+    s.conditions.retain(|c| c.type_ == condition::READY || c.type_ == condition::HELD);
+    for c in &mut s.conditions {
+        c.last_transition_time = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::UNIX_EPOCH);
+    }
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    serde_json::to_string(&s).unwrap_or_default().hash(&mut h);
+    h.finish()
 }
 
 /// Merge-patches every status field except `tokenCeiling`, which only [`reserve_tokens`] moves.
+/// Every apply is remembered in `ctx.status_written` (see [`write_status`]).
 async fn patch_status_view(
     api: &Api<DistributedLock>,
     lock: &DistributedLock,
     status: &DistributedLockStatus,
+    ctx: &Context,
 ) -> Result<()> {
+    let digest = status_digest(status);
     // Server-side apply under our own field manager: fields we stop sending (a holder that left,
     // an empty queue) are removed; conditions owned by other managers (the workload
     // controller's `Degraded`) and `tokenCeiling` (owned by the reservation patch) are untouched.
@@ -739,9 +779,10 @@ async fn patch_status_view(
         "status": value,
     });
     let pp = PatchParams::apply(super::CONTROLLER_NAME).force();
-    call("apply DistributedLock status", api.patch_status(&lock.name_any(), &pp, &Patch::Apply(&patch)))
-        .await
-        .map(|_| ())
+    call("apply DistributedLock status", api.patch_status(&lock.name_any(), &pp, &Patch::Apply(&patch))).await?;
+    let written = (Instant::now(), digest);
+    ctx.status_written.lock().unwrap_or_else(|e| e.into_inner()).insert(lock.uid().unwrap_or_default(), written);
+    Ok(())
 }
 
 /// Waiting candidates' names in grant order.
@@ -772,7 +813,7 @@ async fn report_not_ready(
         ctx.event(&lock.object_ref(&()), EventType::Warning, why, message.to_string(), "Reconcile").await;
     }
     if status != old {
-        patch_status_view(api, lock, &status).await?;
+        patch_status_view(api, lock, &status, ctx).await?;
     }
     Ok(())
 }
@@ -780,6 +821,23 @@ async fn report_not_ready(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_status_digest_ignores_condition_times_and_the_token_ceiling_only() {
+        let mut a = DistributedLockStatus { highest_token: 3, waiting: 1, ..Default::default() };
+        let t0 = Timestamp::UNIX_EPOCH;
+        condition::set(&mut a.conditions, condition::READY, true, reason::RECONCILED, "in sync", Some(1), t0);
+        let mut b = a.clone();
+        b.conditions[0].last_transition_time = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::now());
+        b.token_ceiling = 99;
+        assert_eq!(status_digest(&a), status_digest(&b));
+        let mut c = a.clone();
+        c.waiting = 2;
+        assert_ne!(status_digest(&a), status_digest(&c));
+        let mut d = a.clone();
+        condition::set(&mut d.conditions, condition::READY, false, reason::RECONCILE_ERROR, "x", Some(1), t0);
+        assert_ne!(status_digest(&a), status_digest(&d));
+    }
 
     #[test]
     fn backoff_doubles_with_jitter_up_to_five_minutes() {

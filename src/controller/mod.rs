@@ -3,6 +3,7 @@
 
 mod distributed_lock;
 mod pod;
+pub mod trim;
 pub mod workload;
 
 pub use distributed_lock::{candidate_of_claim, candidate_of_pod, pod_concerns_lock};
@@ -17,7 +18,7 @@ use futures::{StreamExt, future};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Node, ObjectReference, Pod};
 use kube::api::Api;
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -64,6 +65,11 @@ pub struct Context {
     /// Per lock UID, the UIDs of the waiters told by a `Waiting` Event that they queue (each
     /// once, while it stays in the queue).
     pub announced: Mutex<HashMap<String, std::collections::HashSet<String>>>,
+    /// Per lock UID, when the operator last applied the lock's status and a digest of what it
+    /// applied ([`status_digest`]), so a reconcile that runs on a cache which does not show that
+    /// write yet (woken by the operator's own Lease write, whose watch event often arrives first)
+    /// does not apply the same status again.
+    pub status_written: Mutex<HashMap<String, (Instant, u64)>>,
     /// Origin of the monotonic time handed to [`crate::lock::machine::step`].
     pub started: Instant,
     /// Test-only crash point (`LEASEHOLD_FAILPOINT`), see [`Context::failpoint`].
@@ -214,7 +220,10 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
     let (tx, leases_for_pods) = (lock_tx.clone(), leases.clone());
     spawn_watch(
         "pods",
-        watcher(api::<Pod>(&client, ns), watcher::Config::default()).default_backoff().reflect(pod_writer),
+        watcher(api::<Pod>(&client, ns), watcher::Config::default())
+            .default_backoff()
+            .modify(trim::pod)
+            .reflect(pod_writer),
         move |ev| match ev {
             watcher::Event::Apply(p) | watcher::Event::InitApply(p) => {
                 for r in locks_of(p) {
@@ -241,6 +250,7 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
         "leases",
         watcher(api::<Lease>(&client, ns), watcher::Config::default().labels(LEASE_LABEL))
             .default_backoff()
+            .modify(trim::meta)
             .reflect(lease_writer),
         move |ev| match ev {
             watcher::Event::Apply(l) | watcher::Event::InitApply(l) | watcher::Event::Delete(l) => {
@@ -256,6 +266,7 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
         "claims",
         watcher(api::<DistributedLockClaim>(&client, ns), watcher::Config::default())
             .default_backoff()
+            .modify(trim::meta)
             .reflect(claim_writer),
         move |ev| match ev {
             watcher::Event::Apply(c) | watcher::Event::InitApply(c) | watcher::Event::Delete(c) => {
@@ -271,7 +282,10 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
     let pods_for_nodes = pods.clone();
     spawn_watch(
         "nodes",
-        watcher(Api::<Node>::all(client.clone()), watcher::Config::default()).default_backoff().reflect(node_writer),
+        watcher(Api::<Node>::all(client.clone()), watcher::Config::default())
+            .default_backoff()
+            .modify(trim::node)
+            .reflect(node_writer),
         move |ev| match ev {
             watcher::Event::Apply(n) | watcher::Event::Delete(n) => {
                 // Locks whose holder runs on this node (holders carry the token annotation).
@@ -298,7 +312,10 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
     };
     spawn_watch(
         "namespaces",
-        watcher(Api::<Namespace>::all(client.clone()), ns_config).default_backoff().reflect(namespace_writer),
+        watcher(Api::<Namespace>::all(client.clone()), ns_config)
+            .default_backoff()
+            .modify(trim::meta)
+            .reflect(namespace_writer),
         move |ev| {
             if let watcher::Event::Apply(n) = ev
                 && n.metadata.deletion_timestamp.is_some()
@@ -323,12 +340,23 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
         started: Instant::now(),
         failures: Mutex::default(),
         announced: Mutex::default(),
+        status_written: Mutex::default(),
         failpoint: std::env::var("LEASEHOLD_FAILPOINT").ok(),
     });
 
-    let lock_ctrl = Controller::new(api::<DistributedLock>(&client, ns), watcher::Config::default());
-    let locks = lock_ctrl.store();
-    let lock_ctrl = lock_ctrl.reconcile_on(lock_rx).shutdown_on_signal();
+    // The lock controller's own cache, trimmed like the others; at most
+    // `--max-concurrent-reconciles` locks are reconciled at once, so a burst of new locks queues
+    // in the controller instead of flooding the API server (each reconcile's writes would time out
+    // and be retried, and nothing would progress).
+    let (locks, lock_writer) = reflector::store::<DistributedLock>();
+    let lock_stream = watcher(api::<DistributedLock>(&client, ns), watcher::Config::default())
+        .modify(trim::meta)
+        .reflect(lock_writer)
+        .applied_objects();
+    let lock_ctrl = Controller::for_stream(lock_stream, locks.clone())
+        .with_config(controller::Config::default().concurrency(args.max_concurrent_reconciles))
+        .reconcile_on(lock_rx)
+        .shutdown_on_signal();
 
     let cronjobs = workload_controller::<k8s_openapi::api::batch::v1::CronJob>(
         client.clone(),
@@ -374,6 +402,7 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
             retain_live(&prune_ctx.clocks, &live);
             retain_live(&prune_ctx.failures, &live);
             retain_live(&prune_ctx.announced, &live);
+            retain_live(&prune_ctx.status_written, &live);
             let keys = prune_locks
                 .state()
                 .iter()
