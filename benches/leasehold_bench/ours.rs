@@ -630,14 +630,67 @@ fn total(v: &[(String, f64)]) -> f64 {
 }
 
 /// Scenario 6, first part: `n` locks created and taken into service by an operator (each gets
-/// its Lease and status), then that operator is stopped. Long (the API server's write rate
-/// bounds it), so `make bench` overlaps it with the Lease crates' timer-bound scenarios.
+/// its Lease and status), then that operator is stopped. By default a burst (every lock at
+/// once, [`Burst`]); with `BENCH_SCALE_BATCH` below the lock count, paced batches. Runs alone
+/// (it saturates the API server's writes).
 pub struct ScaleSetup {
     ns: String,
     n: usize,
     create_s: f64,
     cold_s: f64,
     cold: ApiCounts,
+    burst: Option<Burst>,
+}
+
+/// The burst (every lock created at once, not paced), as measured during [`scale_setup`].
+pub struct Burst {
+    /// First create sent → last create answered, seconds.
+    pub created_s: f64,
+    /// First create sent → every lock `Ready=True` for its generation, seconds.
+    pub all_ready_s: f64,
+    /// Operator RSS after the burst settled / its peak (VmHWM) since start, MiB.
+    pub rss_settled_mib: f64,
+    pub rss_peak_mib: f64,
+    /// Requests answered 5xx / 429 during the burst (every client; apiserver_request_total).
+    pub server_errors: f64,
+    pub throttled: f64,
+    /// Warning Events in the namespace at the end of the burst.
+    pub warning_events: usize,
+    /// Operator CPU seconds from the first create until settled.
+    pub cpu_s: f64,
+}
+
+/// Waits until all `n` locks in `ns` show `Ready=True` for their current generation; the time
+/// since `t`. A timeout is an error.
+async fn wait_all_ready(env: &Env, ns: &str, n: usize, t: Instant, timeout: Duration) -> anyhow::Result<Duration> {
+    let api: Api<DistributedLock> = Api::namespaced(env.client.clone(), ns);
+    loop {
+        let ready = api
+            .list(&kube::api::ListParams::default())
+            .await
+            .map(|l| {
+                l.items
+                    .iter()
+                    .filter(|x| {
+                        x.status.as_ref().is_some_and(|s| {
+                            s.conditions.iter().any(|c| {
+                                c.type_ == "Ready"
+                                    && c.status == "True"
+                                    && c.observed_generation == x.metadata.generation
+                            })
+                        })
+                    })
+                    .count()
+            })
+            .unwrap_or(0);
+        if ready >= n {
+            return Ok(t.elapsed());
+        }
+        if t.elapsed() > timeout {
+            bail!("only {ready} of {n} locks Ready after {timeout:?}");
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
 }
 
 /// See [`ScaleSetup`].
@@ -648,21 +701,60 @@ pub async fn scale_setup(env: &Env, n: usize, batch: usize, budget: Duration) ->
     let t = Instant::now();
     let mut op = env.start_operator(&ns, "scale-cold")?;
     op.wait_ready(t, Duration::from_secs(300)).await?;
-    let n = env.create_locks_paced(&ns, &names, batch, budget).await?;
+    let mut burst = None;
+    let n = if batch >= n {
+        // A burst: every lock at once (32 creates in flight, as fast as the API server takes
+        // them), as a GitOps sync or a namespace restore would create them.
+        let (b0, cpu0, a0) = (Instant::now(), op.cpu_seconds(), env.api_counts().await?);
+        env.create_locks(&ns, &names, json!({}), 32).await?;
+        let created_s = b0.elapsed().as_secs_f64();
+        let all_ready_s = wait_all_ready(env, &ns, n, b0, budget).await?.as_secs_f64();
+        wait_settled(env, &["distributedlocks", "leases"], Duration::from_secs(300)).await?;
+        let (rss, hwm) = op.memory_kib().unwrap_or((0, 0));
+        let d = env.api_counts().await?.since(&a0);
+        let errors = |p: &dyn Fn(&str) -> bool| d.0.iter().filter(|((_, _, c), _)| p(c)).map(|(_, v)| v).sum::<f64>();
+        let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(env.client.clone(), &ns);
+        let warning_events = events
+            .list(&kube::api::ListParams::default())
+            .await?
+            .items
+            .iter()
+            .filter(|e| e.type_.as_deref() == Some("Warning"))
+            .count();
+        let b = Burst {
+            created_s,
+            all_ready_s,
+            rss_settled_mib: rss as f64 / 1024.0,
+            rss_peak_mib: hwm as f64 / 1024.0,
+            server_errors: errors(&|c| c.starts_with('5')),
+            throttled: errors(&|c| c == "429"),
+            warning_events,
+            cpu_s: cpu0.zip(op.cpu_seconds()).map(|(a, b)| b - a).unwrap_or(f64::NAN),
+        };
+        eprintln!(
+            "[bench] scale: burst of {n} locks: created in {created_s:.1} s, all Ready in {all_ready_s:.1} s, \
+             RSS {:.1} MiB (peak {:.1}), {} 5xx, {} Warning Events",
+            b.rss_settled_mib, b.rss_peak_mib, b.server_errors, b.warning_events
+        );
+        burst = Some(b);
+        n
+    } else {
+        env.create_locks_paced(&ns, &names, batch, budget).await?
+    };
     // Until the last status writes have landed.
     let settled = wait_settled(env, &["distributedlocks"], Duration::from_secs(300)).await?;
     let cold_s = settled.duration_since(t).as_secs_f64();
     let cold = env.net(&m0, &env.api_counts().await?, t.elapsed().as_secs_f64());
     eprintln!("[bench] scale: {n} locks created and taken into service ({batch} at a time) in {cold_s:.1} s");
     op.kill();
-    Ok(ScaleSetup { ns, n, create_s: cold_s, cold_s, cold })
+    Ok(ScaleSetup { ns, n, create_s: cold_s, cold_s, cold, burst })
 }
 
 /// Scenario 6, second part: with every lock in service and no operator, a window without any
 /// operator (must show 0 changes), then an operator restart: time to /readyz, memory, changes
 /// in the first 15 s and in an idle window of `idle`.
 pub async fn scale(env: &Env, setup: ScaleSetup, idle: Duration) -> anyhow::Result<Scale> {
-    let ScaleSetup { ns, n, create_s, cold_s, cold } = setup;
+    let ScaleSetup { ns, n, create_s, cold_s, cold, burst } = setup;
     let leasehold_resources = ["distributedlocks", "distributedlockclaims", "leases", "events"];
     // Exact change counts from here on; first a window without any operator (must be 0).
     let changes = Changes::start(&env.new_client().await?, &ns).await?;
@@ -716,6 +808,14 @@ pub async fn scale(env: &Env, setup: ScaleSetup, idle: Duration) -> anyhow::Resu
         idle_breakdown,
         cold_breakdown: cold.breakdown(&leasehold_resources).into_iter().map(|(k, v)| (k, v / n as f64)).collect(),
         idle_cpu_s: cpu0.zip(cpu1).map(|(a, b)| b - a).unwrap_or(f64::NAN),
+        burst_created_s: burst.as_ref().map(|b| b.created_s),
+        burst_all_ready_s: burst.as_ref().map(|b| b.all_ready_s),
+        burst_rss_settled_mib: burst.as_ref().map(|b| b.rss_settled_mib),
+        burst_rss_peak_mib: burst.as_ref().map(|b| b.rss_peak_mib),
+        burst_server_errors: burst.as_ref().map(|b| b.server_errors),
+        burst_throttled: burst.as_ref().map(|b| b.throttled),
+        burst_warning_events: burst.as_ref().map(|b| b.warning_events),
+        burst_operator_cpu_s: burst.as_ref().map(|b| b.cpu_s),
     })
 }
 

@@ -229,6 +229,33 @@ pub fn markdown(r: &Results) -> String {
             s.rss_peak_mib,
             verdict(s.rss_peak_mib.max(s.rss_settled_mib), 64.0, " MiB")
         );
+        if let (Some(ready), Some(peak), Some(settled)) =
+            (s.burst_all_ready_s, s.burst_rss_peak_mib, s.burst_rss_settled_mib)
+        {
+            let _ = writeln!(
+                o,
+                "| 6 | burst: {} locks created at once (created in {:.1} s) | every lock Ready | {:.1} s | n/a | n/a | ≤ 60 s | {} |",
+                s.locks,
+                s.burst_created_s.unwrap_or(f64::NAN),
+                ready,
+                verdict(ready, 60.0, " s")
+            );
+            let _ = writeln!(
+                o,
+                "| 6 | | operator RSS settled / peak; 5xx / 429 answers; Warning Events; operator CPU | {:.1} / {:.1} MiB; {:.0} / {:.0}; {}; {:.1} s | | | peak ≤ 2 × settled, no 5xx storm, no Warning per lock | {} |",
+                settled,
+                peak,
+                s.burst_server_errors.unwrap_or(f64::NAN),
+                s.burst_throttled.unwrap_or(f64::NAN),
+                s.burst_warning_events.unwrap_or(0),
+                s.burst_operator_cpu_s.unwrap_or(f64::NAN),
+                if peak <= 2.0 * settled {
+                    "met (peak)".to_string()
+                } else {
+                    format!("**missed**: peak {:.1}× settled", peak / settled)
+                }
+            );
+        }
         let _ = writeln!(
             o,
             "| 6 | | restart → /readyz (all watches synced) | {:.2} s | | | ≤ 10 s | {} |",

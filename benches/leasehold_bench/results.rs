@@ -185,6 +185,23 @@ pub struct Scale {
     pub cold_breakdown: Vec<(String, f64)>,
     /// Operator CPU seconds during the idle window.
     pub idle_cpu_s: f64,
+    /// The burst (all locks created at once; `None` when the setup was paced,
+    /// `BENCH_SCALE_BATCH` < locks): first create → last create answered, seconds.
+    pub burst_created_s: Option<f64>,
+    /// First create → every lock `Ready=True` for its generation, seconds.
+    pub burst_all_ready_s: Option<f64>,
+    /// Operator RSS once the burst settled, MiB.
+    pub burst_rss_settled_mib: Option<f64>,
+    /// Operator peak RSS (VmHWM) through the burst, MiB.
+    pub burst_rss_peak_mib: Option<f64>,
+    /// Requests answered 5xx during the burst (all clients).
+    pub burst_server_errors: Option<f64>,
+    /// Requests answered 429 during the burst (all clients).
+    pub burst_throttled: Option<f64>,
+    /// Warning Events in the namespace after the burst.
+    pub burst_warning_events: Option<usize>,
+    /// Operator CPU seconds through the burst.
+    pub burst_operator_cpu_s: Option<f64>,
 }
 
 /// Everything.
