@@ -403,22 +403,32 @@ pub async fn throughput(env: &Env, locks: usize, warmup: Duration, window: Durat
     let stop = Arc::new(AtomicBool::new(false));
     let grants = Arc::new(AtomicU64::new(0));
     let errors = Arc::new(AtomicU64::new(0));
+    // Client errors by kind, counted only inside the measured window.
+    let in_window = Arc::new(AtomicBool::new(false));
+    let window_errors = Arc::new(Mutex::new(std::collections::BTreeMap::<String, u64>::new()));
     let mut tasks = vec![];
     for name in &names {
         for (i, client) in clients.iter().enumerate() {
             let h = Holder::new(client.clone(), &ns, name, &format!("client-{i}"));
             let (stop, grants, errors) = (stop.clone(), grants.clone(), errors.clone());
+            let (in_window, window_errors) = (in_window.clone(), window_errors.clone());
+            let count = move |kind: String| {
+                errors.fetch_add(1, Ordering::Relaxed);
+                if in_window.load(Ordering::Relaxed) {
+                    *window_errors.lock().unwrap().entry(kind).or_insert(0) += 1;
+                }
+            };
             tasks.push(tokio::spawn(async move {
                 while !stop.load(Ordering::Relaxed) {
                     match h.acquire(Some(WAIT)).await {
                         Ok(g) => {
                             grants.fetch_add(1, Ordering::Relaxed);
-                            if g.release().await.is_err() {
-                                errors.fetch_add(1, Ordering::Relaxed);
+                            if let Err(e) = g.release().await {
+                                count(format!("release: {}", error_kind(&e)));
                             }
                         }
-                        Err(_) => {
-                            errors.fetch_add(1, Ordering::Relaxed);
+                        Err(e) => {
+                            count(format!("acquire: {}", error_kind(&e)));
                             tokio::time::sleep(Duration::from_millis(100)).await;
                         }
                     }
@@ -427,20 +437,25 @@ pub async fn throughput(env: &Env, locks: usize, warmup: Duration, window: Durat
         }
     }
     tokio::time::sleep(warmup).await;
-    let (m0, g0, og0, cpu0, t0) = (
+    let conflicts = "leasehold_conflicts_total";
+    in_window.store(true, Ordering::Relaxed);
+    let (m0, g0, og0, oc0, cpu0, t0) = (
         env.api_counts().await?,
         grants.load(Ordering::Relaxed),
         op.metric("leasehold_grants_total").await,
+        op.metric(conflicts).await,
         op.cpu_seconds(),
         Instant::now(),
     );
     tokio::time::sleep(window).await;
-    let (m1, g1, og1, cpu1) = (
+    let (m1, g1, og1, oc1, cpu1) = (
         env.api_counts().await?,
         grants.load(Ordering::Relaxed),
         op.metric("leasehold_grants_total").await,
+        op.metric(conflicts).await,
         op.cpu_seconds(),
     );
+    in_window.store(false, Ordering::Relaxed);
     let window_s = t0.elapsed().as_secs_f64();
     stop.store(true, Ordering::Relaxed);
     for t in &tasks {
@@ -449,18 +464,39 @@ pub async fn throughput(env: &Env, locks: usize, warmup: Duration, window: Durat
     op.kill();
     env.finished(&ns);
     let g = g1 - g0;
+    let net = env.net(&m0, &m1, window_s);
+    let operator_grants = og1 - og0;
     Ok(Throughput {
+        writes_per_operator_grant: net.writes(&OUR_RESOURCES) / operator_grants.max(1.0),
+        operator_conflicts: oc1 - oc0,
+        errors_in_window: window_errors.lock().unwrap().clone(),
         locks,
         clients_per_lock: 2,
         window_s,
         grants: g,
         grants_per_s: g as f64 / window_s,
-        operator_grants: og1 - og0,
-        traffic: traffic(&env.net(&m0, &m1, window_s), &OUR_RESOURCES, g as f64),
+        operator_grants,
+        traffic: traffic(&net, &OUR_RESOURCES, g as f64),
         operator_cpu_cores: cpu0.zip(cpu1).map(|(a, b)| (b - a) / window_s).unwrap_or(f64::NAN),
         errors: errors.load(Ordering::Relaxed),
         setup_s,
     })
+}
+
+/// A holder error's kind: its variant name, and for an API error the operation that failed.
+fn error_kind(e: &leasehold::holder::HolderError) -> String {
+    let debug = format!("{e:?}");
+    let variant = debug.split(['(', ' ', '{']).next().unwrap_or_default().to_string();
+    match e {
+        leasehold::holder::HolderError::Kube { op, source } => {
+            let code = match source {
+                kube::Error::Api(s) => s.code.to_string(),
+                _ => "transport".into(),
+            };
+            format!("{variant} {op} {code}")
+        }
+        _ => variant,
+    }
 }
 
 /// Handover samples and overlaps from (acquired, released) intervals (any order).

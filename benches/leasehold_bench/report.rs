@@ -181,6 +181,23 @@ pub fn markdown(r: &Results) -> String {
             z(t.traffic.conflicts_per),
             verdict(t.traffic.writes_per, 2.0, " writes")
         );
+        let _ = writeln!(
+            o,
+            "| 4 | | writes per operator grant; 409s: operator / clients (window) | {:.1}; {:.0} / {:.0} | | | | |",
+            z(t.writes_per_operator_grant),
+            t.operator_conflicts,
+            (t.traffic.conflicts_per * t.grants as f64 - t.operator_conflicts).max(0.0)
+        );
+        let errors = if t.errors_in_window.is_empty() {
+            "none".to_string()
+        } else {
+            t.errors_in_window.iter().map(|(k, v)| format!("{k}: {v}")).collect::<Vec<_>>().join(", ")
+        };
+        let _ = writeln!(
+            o,
+            "| 4 | | client errors in the window, by kind | {errors} | | | 0 | {} |",
+            if t.errors_in_window.is_empty() { "met" } else { "**missed**" }
+        );
     }
     // 5
     let hd = &r.herd;

@@ -124,6 +124,14 @@ pub struct Throughput {
     pub operator_cpu_cores: f64,
     /// Acquire errors (timeouts, API errors) in the whole run.
     pub errors: u64,
+    /// Client errors inside the measured window, by kind (`acquire: Kube create claim 500`).
+    pub errors_in_window: std::collections::BTreeMap<String, u64>,
+    /// The operator's own 409 answers (`leasehold_conflicts_total`) in the window; the rest of
+    /// the 409s in `traffic` are the clients'.
+    pub operator_conflicts: f64,
+    /// API writes in the window divided by the operator's grants (`traffic.writes_per` divides
+    /// by the clients' grants).
+    pub writes_per_operator_grant: f64,
     /// Time to create the locks and for the operator to create their Leases, seconds.
     pub setup_s: f64,
 }
