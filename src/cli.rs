@@ -106,9 +106,14 @@ pub struct LockArgs {
     /// lock's leaseDurationSeconds (default: 2/3 of it, client-go's 10 s for 15 s).
     #[arg(long)]
     pub renew_deadline: Option<humantime::Duration>,
-    /// Time between renewals (default: 2/15 of the lease duration, client-go's 2 s for 15 s).
+    /// Time before the next try after a renewal failed (default: 2/15 of the lease duration,
+    /// client-go's 2 s for 15 s).
     #[arg(long)]
     pub retry_period: Option<humantime::Duration>,
+    /// Time between renewals while they succeed (default: 1/3 of the lease duration, 5 s for
+    /// 15 s; at least the retry period, shorter than the renew deadline).
+    #[arg(long)]
+    pub renew_period: Option<humantime::Duration>,
     /// After the lock is lost: time between SIGTERM and SIGKILL to the command. The renew
     /// deadline plus this must be shorter than the lock's lease duration, so the command is
     /// dead before anyone else can be granted (default: half of lease duration minus renew

@@ -17,13 +17,16 @@
 //!
 //! How it works: [`Holder::acquire`] creates a `DistributedLockClaim` (it joins the same FIFO
 //! queue as gated pods) and watches it until the operator writes the grant's fencing token into
-//! its status. From then on the holder must **renew**: every `retry_period` it compare-and-swaps
-//! the Lease's `renewTime`, if the Lease still names it. The operator takes the lock back when it
+//! its status. From then on the holder must **renew**: every `renew_period` (after a failure:
+//! every `retry_period`) it compare-and-swaps the Lease's `renewTime`, if the Lease still names
+//! it; one PUT, from the Lease its last write returned (a GET first only after a 409). The operator takes the lock back when it
 //! has not seen a renewal for `leaseDurationSeconds` on its own monotonic clock.
 //!
 //! Timings follow client-go's leader election (`leaseDuration` 15 s, `renewDeadline` 10 s,
 //! `retryPeriod` 2 s, k8s.io/client-go/tools/leaderelection): by default they scale with the
-//! lock's `leaseDurationSeconds` in the same ratios (deadline 2/3, retry 2/15 of it). If a holder
+//! lock's `leaseDurationSeconds` in the same ratios (deadline 2/3, retry 2/15 of it). Unlike
+//! client-go, a holder whose renewals succeed renews every third of the lease (5 s for 15 s),
+//! not every retry period: one write per 5 s per held lock instead of one per 2 s. If a holder
 //! cannot renew within `renew_deadline` (measured on its own monotonic clock from the start of
 //! its last successful renewal) it considers the lock lost *before* the operator can hand it to
 //! anyone else: the operator only expires the lease a full `leaseDurationSeconds` after it saw
@@ -105,14 +108,27 @@ fn kube_err(op: &'static str) -> impl FnOnce(kube::Error) -> HolderError {
     move |source| HolderError::Kube { op, source }
 }
 
-/// Renewal timings. `None` fields derive from the lock's `leaseDurationSeconds` in client-go's
-/// ratios (renew deadline 2/3, retry period 2/15 of it).
+/// Renewal timings. `None` fields derive from the lock's `leaseDurationSeconds`: renew
+/// deadline 2/3 and retry period 2/15 of it (client-go's ratios), renew period 1/3 of it.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Timings {
     /// Give up (lock lost) when no renewal succeeded for this long.
     pub renew_deadline: Option<Duration>,
-    /// Time between renewals.
+    /// Time before the next try after a renewal that failed (an API error or a timeout).
     pub retry_period: Option<Duration>,
+    /// Time between renewals while they succeed (default 1/3 of the lease duration: 5 s for
+    /// 15 s, one write per 5 s per held lock; never shorter than the retry period). Client-go
+    /// renews every retry period (2 s); a renewal that fails is retried after the retry period,
+    /// so up to the deadline a lock gets as many tries as it would there, less two.
+    pub renew_period: Option<Duration>,
+}
+
+/// Resolved [`Timings`] of one grant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Resolved {
+    renew_deadline: Duration,
+    retry_period: Duration,
+    renew_period: Duration,
 }
 
 /// Why a held lock was lost.
@@ -218,7 +234,7 @@ impl Holder {
                 HolderError::LockNotFound { namespace: self.namespace.clone(), lock: self.lock.clone() }
             })?;
         let lease_duration = Duration::from_secs(lock.spec.lease_duration_seconds.max(1) as u64);
-        let (renew_deadline, retry_period) = resolve_timings(lease_duration, self.timings)?;
+        let timings = resolve_timings(lease_duration, self.timings)?;
 
         let claims: Api<DistributedLockClaim> = Api::namespaced(self.client.clone(), &self.namespace);
         let claim = DistributedLockClaim {
@@ -242,8 +258,7 @@ impl Holder {
             claim_name: claim.name_any(),
             claim_uid: claim.uid().unwrap_or_default(),
             lease_duration,
-            renew_deadline,
-            retry_period,
+            timings,
         })
     }
 
@@ -302,8 +317,7 @@ pub struct Ticket {
     claim_name: String,
     claim_uid: String,
     lease_duration: Duration,
-    renew_deadline: Duration,
-    retry_period: Duration,
+    timings: Resolved,
 }
 
 impl Ticket {
@@ -316,7 +330,7 @@ impl Ticket {
     /// Without a successful renewal for this long, the lock counts as lost (measured from the
     /// start of the last successful renewal, on this process's monotonic clock).
     pub fn renew_deadline(&self) -> Duration {
-        self.renew_deadline
+        self.timings.renew_deadline
     }
 
     /// Waits (watch) until the claim is granted, then proves the grant with a first renewal.
@@ -333,15 +347,7 @@ impl Ticket {
                 .unwrap_or_else(|_| Err(HolderError::WaitTimeout(t, self.holder.lock.clone())))?,
             None => wait.await?,
         };
-        LockGuard::start(
-            &self.holder,
-            self.claim_name.clone(),
-            self.claim_uid.clone(),
-            token,
-            self.renew_deadline,
-            self.retry_period,
-        )
-        .await
+        LockGuard::start(&self.holder, self.claim_name.clone(), self.claim_uid.clone(), token, self.timings).await
     }
 
     /// Leaves the queue: if the claim was granted meanwhile, first frees the Lease (owner-verified
@@ -350,17 +356,19 @@ impl Ticket {
     /// expires: the operator cannot tell whether its process still runs.
     pub async fn cancel(self) {
         let leases: Api<Lease> = Api::namespaced(self.holder.client.clone(), &self.holder.namespace);
-        if let Err(e) = clear_holder(&leases, &self.holder.lock, &self.holder.identity, &self.claim_uid).await {
+        let (lock, identity, known) = (&self.holder.lock, &self.holder.identity, &KnownLease::default());
+        if let Err(e) = clear_holder(&leases, lock, identity, &self.claim_uid, known).await {
             tracing::debug!(error = %e, "freeing the Lease on cancel failed (it expires)");
         }
         delete_claim(&self.claims, &self.claim_name, &self.claim_uid).await;
     }
 }
 
-/// Checks and fills in the timings: lease > renew deadline > retry period > 0.
-fn resolve_timings(lease: Duration, t: Timings) -> Result<(Duration, Duration), HolderError> {
+/// Checks and fills in the timings: lease > renew deadline > renew period >= retry period > 0.
+fn resolve_timings(lease: Duration, t: Timings) -> Result<Resolved, HolderError> {
     let deadline = t.renew_deadline.unwrap_or(lease * 2 / 3);
     let retry = t.retry_period.unwrap_or(lease * 2 / 15).max(Duration::from_millis(100));
+    let period = t.renew_period.unwrap_or((lease / 3).max(retry));
     if deadline >= lease {
         return Err(HolderError::InvalidTimings(format!(
             "renew deadline {deadline:?} must be shorter than the lock's lease duration {lease:?}"
@@ -371,7 +379,12 @@ fn resolve_timings(lease: Duration, t: Timings) -> Result<(Duration, Duration), 
             "retry period {retry:?} must be positive and shorter than the renew deadline {deadline:?}"
         )));
     }
-    Ok((deadline, retry))
+    if period < retry || period >= deadline {
+        return Err(HolderError::InvalidTimings(format!(
+            "renew period {period:?} must be at least the retry period {retry:?} and shorter than the renew deadline {deadline:?}"
+        )));
+    }
+    Ok(Resolved { renew_deadline: deadline, retry_period: retry, renew_period: period })
 }
 
 async fn delete_claim(claims: &Api<DistributedLockClaim>, name: &str, uid: &str) {
@@ -401,6 +414,8 @@ pub struct LockGuard {
     claim_uid: String,
     leases: Api<Lease>,
     claims: Api<DistributedLockClaim>,
+    /// The Lease as this holder's last write returned it, shared with the renewer.
+    known: KnownLease,
     lost_rx: watch::Receiver<Option<LostReason>>,
     renewed_rx: watch::Receiver<Instant>,
     renewer: tokio::task::JoinHandle<()>,
@@ -414,14 +429,15 @@ impl LockGuard {
         claim_name: String,
         claim_uid: String,
         token: i64,
-        renew_deadline: Duration,
-        retry_period: Duration,
+        timings: Resolved,
     ) -> Result<LockGuard, HolderError> {
+        let renew_deadline = timings.renew_deadline;
+        let known = KnownLease::default();
         let leases: Api<Lease> = Api::namespaced(h.client.clone(), &h.namespace);
         let claims: Api<DistributedLockClaim> = Api::namespaced(h.client.clone(), &h.namespace);
         // Prove the grant with a first renewal before the caller may act on it.
         let started = Instant::now();
-        let first = tokio::time::timeout(renew_deadline, renew(&leases, &h.lock, &h.identity, &claim_uid))
+        let first = tokio::time::timeout(renew_deadline, renew(&leases, &h.lock, &h.identity, &claim_uid, &known))
             .await
             .unwrap_or(Err(HolderError::FirstRenewalTimeout(renew_deadline)));
         match first {
@@ -431,7 +447,7 @@ impl LockGuard {
                 return Err(HolderError::NotHolder(h.lock.clone()));
             }
             Err(e) => {
-                let _ = free(&leases, &claims, &h.lock, &h.identity, &claim_name, &claim_uid).await;
+                let _ = free(&leases, &claims, &h.lock, &h.identity, &claim_name, &claim_uid, &known).await;
                 return Err(e);
             }
         }
@@ -442,9 +458,9 @@ impl LockGuard {
             h.lock.clone(),
             h.identity.clone(),
             claim_uid.clone(),
+            known.clone(),
             started,
-            renew_deadline,
-            retry_period,
+            timings,
             lost_tx,
             renewed_tx,
         ));
@@ -456,6 +472,7 @@ impl LockGuard {
             claim_uid,
             leases,
             claims,
+            known,
             lost_rx,
             renewed_rx,
             renewer,
@@ -506,7 +523,8 @@ impl LockGuard {
     pub async fn release(mut self) -> Result<(), HolderError> {
         self.released = true;
         self.renewer.abort();
-        match free(&self.leases, &self.claims, &self.lock, &self.identity, &self.claim_name, &self.claim_uid).await {
+        let (lock, identity) = (&self.lock, &self.identity);
+        match free(&self.leases, &self.claims, lock, identity, &self.claim_name, &self.claim_uid, &self.known).await {
             Ok(true) => Ok(()),
             Ok(false) => Err(HolderError::NotHolder(self.lock.clone())),
             Err(e) => Err(e),
@@ -525,9 +543,9 @@ impl Drop for LockGuard {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
         let (leases, claims) = (self.leases.clone(), self.claims.clone());
         let (lock, identity) = (self.lock.clone(), self.identity.clone());
-        let (claim_name, claim_uid) = (self.claim_name.clone(), self.claim_uid.clone());
+        let (claim_name, claim_uid, known) = (self.claim_name.clone(), self.claim_uid.clone(), self.known.clone());
         runtime.spawn(async move {
-            if let Err(e) = free(&leases, &claims, &lock, &identity, &claim_name, &claim_uid).await {
+            if let Err(e) = free(&leases, &claims, &lock, &identity, &claim_name, &claim_uid, &known).await {
                 tracing::debug!(error = %e, lock, "release of a dropped lock guard failed; the Lease will expire");
             }
         });
@@ -543,10 +561,28 @@ async fn free(
     identity: &str,
     claim_name: &str,
     claim_uid: &str,
+    known: &KnownLease,
 ) -> Result<bool, HolderError> {
-    let result = clear_holder(leases, lock, identity, claim_uid).await;
+    let result = clear_holder(leases, lock, identity, claim_uid, known).await;
     delete_claim(claims, claim_name, claim_uid).await;
     result
+}
+
+/// The Lease as this holder's last successful write (renewal) returned it, so the next renewal
+/// or the release can compare-and-swap without reading first. Taken by the write that uses it;
+/// a stale one costs a 409 and a fresh read, never a wrong write (the resourceVersion
+/// precondition).
+#[derive(Clone, Default)]
+struct KnownLease(std::sync::Arc<std::sync::Mutex<Option<Lease>>>);
+
+impl KnownLease {
+    fn take(&self) -> Option<Lease> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+
+    fn set(&self, lease: Lease) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(lease);
+    }
 }
 
 fn names_us(lease: &Lease, identity: &str, claim_uid: &str) -> bool {
@@ -556,11 +592,26 @@ fn names_us(lease: &Lease, identity: &str, claim_uid: &str) -> bool {
 
 /// One renewal: compare-and-swap `renewTime` if the Lease still names us. `Ok(false)`: it does
 /// not (lost). Retries on 409 (someone else wrote in between) after re-reading.
-async fn renew(leases: &Api<Lease>, lock: &str, identity: &str, claim_uid: &str) -> Result<bool, HolderError> {
+async fn renew(
+    leases: &Api<Lease>,
+    lock: &str,
+    identity: &str,
+    claim_uid: &str,
+    known: &KnownLease,
+) -> Result<bool, HolderError> {
+    // First from the Lease our last write returned (no GET: one request per renewal while
+    // nobody else writes the Lease); after a 409, from a fresh read.
+    let mut last = known.take();
     loop {
-        // NotFound (the Lease, or the namespace, is gone) is a lost lock, not an error to retry:
-        // nobody can prove this holder still holds.
-        let Some(mut lease) = leases.get_opt(lock).await.map_err(kube_err("get Lease"))? else { return Ok(false) };
+        let mut lease = match last.take() {
+            Some(l) => l,
+            // NotFound (the Lease, or the namespace, is gone) is a lost lock, not an error to
+            // retry: nobody can prove this holder still holds.
+            None => match leases.get_opt(lock).await.map_err(kube_err("get Lease"))? {
+                Some(l) => l,
+                None => return Ok(false),
+            },
+        };
         if !names_us(&lease, identity, claim_uid) {
             return Ok(false);
         }
@@ -568,7 +619,10 @@ async fn renew(leases: &Api<Lease>, lock: &str, identity: &str, claim_uid: &str)
             spec.renew_time = Some(MicroTime(Timestamp::now()));
         }
         match leases.replace(lock, &PostParams::default(), &lease).await {
-            Ok(_) => return Ok(true),
+            Ok(written) => {
+                known.set(written);
+                return Ok(true);
+            }
             Err(kube::Error::Api(s)) if s.code == 409 => continue,
             Err(kube::Error::Api(s)) if s.code == 404 => return Ok(false),
             Err(e) => return Err(HolderError::Kube { op: "renew Lease", source: e }),
@@ -578,9 +632,20 @@ async fn renew(leases: &Api<Lease>, lock: &str, identity: &str, claim_uid: &str)
 
 /// Owner-verified release: clears the holder only if the Lease still names us, with the
 /// resourceVersion read as precondition. `Ok(false)`: it does not name us.
-async fn clear_holder(leases: &Api<Lease>, lock: &str, identity: &str, claim_uid: &str) -> Result<bool, HolderError> {
+async fn clear_holder(
+    leases: &Api<Lease>,
+    lock: &str,
+    identity: &str,
+    claim_uid: &str,
+    known: &KnownLease,
+) -> Result<bool, HolderError> {
+    // One PUT when the Lease is as our last renewal left it; after a 409, from a fresh read.
+    let mut last = known.take();
     loop {
-        let mut lease = leases.get(lock).await.map_err(kube_err("get Lease"))?;
+        let mut lease = match last.take() {
+            Some(l) => l,
+            None => leases.get(lock).await.map_err(kube_err("get Lease"))?,
+        };
         if !names_us(&lease, identity, claim_uid) {
             return Ok(false);
         }
@@ -607,17 +672,21 @@ async fn renew_loop(
     lock: String,
     identity: String,
     claim_uid: String,
+    known: KnownLease,
     mut last_ok: Instant,
-    renew_deadline: Duration,
-    retry_period: Duration,
+    timings: Resolved,
     lost: watch::Sender<Option<LostReason>>,
     renewed: watch::Sender<Instant>,
 ) {
+    let renew_deadline = timings.renew_deadline;
+    // The renew period after a success, the retry period after a failure.
+    let mut wait = timings.renew_period;
     loop {
         // Never sleep past the deadline: loss is detected within the renew deadline, not
         // deadline + retry period.
         let deadline = last_ok + renew_deadline;
-        tokio::time::sleep_until(tokio::time::Instant::from_std((Instant::now() + retry_period).min(deadline))).await;
+        tokio::time::sleep_until(tokio::time::Instant::from_std((Instant::now() + wait).min(deadline))).await;
+        wait = timings.retry_period;
         // Check the deadline before trying: after a pause (SIGSTOP, GC) the lease may already
         // belong to someone else, and a late renewal must not make us act as holder again.
         let budget = renew_deadline.saturating_sub(last_ok.elapsed());
@@ -626,9 +695,10 @@ async fn renew_loop(
             return;
         }
         let attempt = Instant::now();
-        match tokio::time::timeout(budget, renew(&leases, &lock, &identity, &claim_uid)).await {
+        match tokio::time::timeout(budget, renew(&leases, &lock, &identity, &claim_uid, &known)).await {
             Ok(Ok(true)) => {
                 last_ok = attempt;
+                wait = timings.renew_period;
                 let _ = renewed.send(attempt);
             }
             Ok(Ok(false)) => {
@@ -650,16 +720,25 @@ mod tests {
     use super::*;
 
     #[test]
-    fn default_timings_follow_client_go_ratios() {
-        let (d, r) = resolve_timings(Duration::from_secs(15), Timings::default()).unwrap();
-        assert_eq!((d, r), (Duration::from_secs(10), Duration::from_secs(2)));
+    fn default_timings_follow_client_go_ratios_and_renew_every_third_of_the_lease() {
+        let t = resolve_timings(Duration::from_secs(15), Timings::default()).unwrap();
+        let s = Duration::from_secs;
+        assert_eq!(t, Resolved { renew_deadline: s(10), retry_period: s(2), renew_period: s(5) });
+        // A retry period above a third of the lease raises the renew period with it.
+        let t = Timings { retry_period: Some(s(6)), ..Timings::default() };
+        assert_eq!(resolve_timings(s(15), t).unwrap().renew_period, s(6));
     }
 
     #[test]
     fn inconsistent_timings_are_rejected() {
-        let t = Timings { renew_deadline: Some(Duration::from_secs(20)), retry_period: None };
+        let s = |n| Some(Duration::from_secs(n));
+        let t = Timings { renew_deadline: s(20), ..Timings::default() };
         assert!(resolve_timings(Duration::from_secs(15), t).is_err());
-        let t = Timings { renew_deadline: Some(Duration::from_secs(5)), retry_period: Some(Duration::from_secs(5)) };
+        let t = Timings { renew_deadline: s(5), retry_period: s(5), ..Timings::default() };
         assert!(resolve_timings(Duration::from_secs(15), t).is_err());
+        let t = Timings { renew_period: s(10), ..Timings::default() };
+        assert!(resolve_timings(Duration::from_secs(15), t).is_err(), "renew period = deadline");
+        let t = Timings { renew_period: s(1), ..Timings::default() };
+        assert!(resolve_timings(Duration::from_secs(15), t).is_err(), "renew period < retry period");
     }
 }
