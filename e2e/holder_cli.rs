@@ -309,7 +309,8 @@ async fn a_lost_lock_stops_the_whole_command_group_even_when_it_ignores_sigterm(
     ns.create_lock("l", json!({"leaseDurationSeconds": 3})).await;
     ns.start_operator(&[]);
     let script = "trap '' TERM; sleep 600 & echo grandchild=$!; wait; wait";
-    let mut p = ns.lock_process("group", &["l", "--identity", "stubborn", "--", "sh", "-c", script]);
+    let args = ["l", "--identity", "stubborn", "--renew-period", "400ms", "--", "sh", "-c", script];
+    let mut p = ns.lock_process("group", &args);
     p.wait_output("command started", "grandchild=").await;
     let out = p.output();
     let pid: i32 = out.split("grandchild=").nth(1).unwrap().lines().next().unwrap().trim().parse().unwrap();
@@ -320,7 +321,8 @@ async fn a_lost_lock_stops_the_whole_command_group_even_when_it_ignores_sigterm(
     ns.api::<Lease>().patch("l", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&take)).await.unwrap();
     let lost = Instant::now();
     assert_eq!(p.wait_exit().await, 5, "exit status for a lost lock; log:\n{}", p.output());
-    // Detection (< retry period, 0.4 s) + kill grace (0.5 s by default for a 3 s lease).
+    // Detection (< renew period, here 0.4 s; the default is 1 s for a 3 s lease) + kill grace
+    // (0.5 s by default for a 3 s lease).
     wait_until("the grandchild is dead", Duration::from_secs(3), || async move { !alive(pid) }).await;
     assert!(lost.elapsed() < Duration::from_secs(3), "the group outlived the lease: {:?}", lost.elapsed());
     ns.cleanup().await;

@@ -140,8 +140,13 @@ async fn holder_on_a_lost_node_is_replaced_with_a_higher_token_after_the_bound()
     nodes.delete(&node_name, &DeleteParams::default()).await.unwrap();
     let next = wait_pod(&ns, "next", "granted after node loss", |p| !is_gated(p)).await;
     assert!(token_of(&next).unwrap() > token_of(&a).unwrap());
-    let events = ns.api::<k8s_openapi::api::events::v1::Event>().list(&Default::default()).await.unwrap();
-    assert!(events.items.iter().any(|e| { e.note.as_deref().is_some_and(|n| n.contains("HolderNodeLost")) }));
+    // The release's Event follows the grant (it is not on the handover's path).
+    let events = ns.api::<k8s_openapi::api::events::v1::Event>();
+    wait_until("a Released event with reason HolderNodeLost", WAIT, || async {
+        let list = events.list(&Default::default()).await.map(|l| l.items).unwrap_or_default();
+        list.iter().any(|e| e.note.as_deref().is_some_and(|n| n.contains("HolderNodeLost")))
+    })
+    .await;
 
     // The zombie (still "running" on the lost node) is never written back into the Lease, with
     // its lower token, once the holder after it is gone: the next waiter is granted above both.
