@@ -372,7 +372,7 @@ pub async fn failover(env: &Env, locks: usize) -> anyhow::Result<Failover> {
     env.finished(&ns);
     Ok(Failover::new(
         format!(
-            "{locks} locks at once, leaseDurationSeconds 15; holder = `leasehold lock` CLI (renews every 2 s), SIGKILL to its process group at a random point of the renewal cycle; waiter = Holder::acquire() in the bench"
+            "{locks} locks at once, leaseDurationSeconds 15; holder = `leasehold lock` CLI (default timings: renews every 5 s), SIGKILL to its process group at a random point of the renewal cycle; waiter = Holder::acquire() in the bench"
         ),
         lease_s,
         from_kill,
@@ -770,7 +770,10 @@ pub async fn scale_setup(env: &Env, n: usize, batch: usize, budget: Duration) ->
         eprintln!(
             "[bench] scale: burst of {n} locks: created in {created_s:.1} s, all Ready in {all_ready_s:.1} s, \
              RSS {:.1} MiB (peak {:.1}), {} 5xx, {} Warning Events",
-            b.rss_settled_mib, b.rss_peak_mib, b.server_errors, b.warning_events
+            b.rss_settled_mib,
+            b.rss_peak_mib,
+            b.server_errors + 0.0,
+            b.warning_events
         );
         burst = Some(b);
         n

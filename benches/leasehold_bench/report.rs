@@ -183,10 +183,19 @@ pub fn markdown(r: &Results) -> String {
         );
         let _ = writeln!(
             o,
-            "| 4 | | writes per operator grant; 409s: operator / clients (window) | {:.1}; {:.0} / {:.0} | | | | |",
-            z(t.writes_per_operator_grant),
+            "| 4 | | writes per operator grant; 409s per grant by request (claim status is written by the operator only; Lease 409s the operator counted itself: {:.0}) | {:.1}; {} | | | | |",
             t.operator_conflicts,
-            (t.traffic.conflicts_per * t.grants as f64 - t.operator_conflicts).max(0.0)
+            z(t.writes_per_operator_grant),
+            {
+                let c: Vec<String> = t
+                    .traffic
+                    .breakdown_per
+                    .iter()
+                    .filter(|(k, _)| k.ends_with(" 409"))
+                    .map(|(k, v)| format!("{k} {v:.2}"))
+                    .collect();
+                if c.is_empty() { "none".to_string() } else { c.join(", ") }
+            }
         );
         let errors = if t.errors_in_window.is_empty() {
             "none".to_string()
@@ -262,8 +271,8 @@ pub fn markdown(r: &Results) -> String {
                 "| 6 | | operator RSS settled / peak; 5xx / 429 answers; Warning Events; operator CPU | {:.1} / {:.1} MiB; {:.0} / {:.0}; {}; {:.1} s | | | peak ≤ 2 × settled, no 5xx storm, no Warning per lock | {} |",
                 settled,
                 peak,
-                s.burst_server_errors.unwrap_or(f64::NAN),
-                s.burst_throttled.unwrap_or(f64::NAN),
+                z(s.burst_server_errors.unwrap_or(f64::NAN)),
+                z(s.burst_throttled.unwrap_or(f64::NAN)),
                 s.burst_warning_events.unwrap_or(0),
                 s.burst_operator_cpu_s.unwrap_or(f64::NAN),
                 if peak <= 2.0 * settled {
@@ -293,7 +302,7 @@ pub fn markdown(r: &Results) -> String {
         );
         let _ = writeln!(
             o,
-            "| 6 | | writes in the first {:.0} s after the restart; setup: create {} locks in batches, each batch after the operator gave the previous one its Leases | {:.0}; {:.1} s, {:.1} writes per lock | | | | |",
+            "| 6 | | writes in the first {:.0} s after the restart; setup: {} locks taken into service | {:.0}; {:.1} s, {:.1} writes per lock | | | | |",
             s.restart_window_s,
             s.locks,
             z(s.restart_writes),
