@@ -140,7 +140,7 @@ pub struct KubeArgs {
 impl KubeArgs {
     /// A client for the chosen cluster; its `default_namespace()` is the context's namespace.
     /// Without `--kubeconfig` and `--context` this is [`kube::Client::try_default`]'s choice
-    /// (kubeconfig, else in-cluster).
+    /// (kubeconfig, else in-cluster). Built by [`crate::client::from_config`] (`TCP_NODELAY`).
     ///
     /// # Errors
     /// When the kubeconfig cannot be read, the context does not exist, or no configuration is
@@ -160,7 +160,7 @@ impl KubeArgs {
                     .with_context(|| format!("cannot use kubeconfig {}", path.display()))?
             }
         };
-        Ok(kube::Client::try_from(config)?)
+        Ok(crate::client::from_config(config)?)
     }
 }
 

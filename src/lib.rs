@@ -9,6 +9,7 @@
 pub mod admin;
 #[cfg(feature = "operator")]
 pub mod cli;
+pub mod client;
 #[cfg(feature = "operator")]
 pub mod controller;
 pub mod crd;

@@ -277,7 +277,8 @@ impl Env {
 pub async fn client_for(path: &Path) -> anyhow::Result<Client> {
     let kc = Kubeconfig::read_from(path)?;
     let cfg = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?;
-    Ok(Client::try_from(cfg)?)
+    // As a user of the library would (README "Holding a lock from a running process").
+    Ok(leasehold::client::from_config(cfg)?)
 }
 
 async fn install_crds(client: &Client) -> anyhow::Result<()> {

@@ -197,7 +197,7 @@ fn trigger_locks(tx: &mpsc::UnboundedSender<ObjectRef<DistributedLock>>, leases:
 /// # Errors
 /// Fails if no kubeconfig / in-cluster config is found or the admin address cannot be bound.
 pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
-    let client = Client::try_default().await?;
+    let client = crate::client::try_default().await?;
     // With --leader-elect: wait until this replica leads (exits non-zero if it loses the lead).
     crate::leader::elect(&client, &args).await?;
     let ns = args.namespace.as_deref();
