@@ -73,7 +73,9 @@ pub struct Metrics {
     /// Waiters that gave up, by reason: `LockBusy`, `LockWaitTimeout`
     /// (`leasehold_rejections_total{reason}`).
     pub rejections: Family<ReasonLabels, Counter>,
-    /// HTTP 409 answers to our writes (`leasehold_conflicts_total`).
+    /// HTTP 409 answers to our Lease writes (`leasehold_conflicts_total`); a claim or pod patch
+    /// answered 409 is a failed reconcile (`leasehold_reconcile_errors_total{reason="Conflict"}`)
+    /// or, for a claim expiry or a waiter rejection, looked at again by the next reconcile.
     pub conflicts: Counter,
     /// Failed reconciles, by reason (`leasehold_reconcile_errors_total{reason}`).
     pub reconcile_errors: Family<ReasonLabels, Counter>,
@@ -152,7 +154,11 @@ impl Metrics {
         r.register("releases", "Holders released, by reason", m.releases.clone());
         r.register("reclaims", "Holders taken back by a timeout, by reason", m.reclaims.clone());
         r.register("rejections", "Waiters that gave up, by reason", m.rejections.clone());
-        r.register("conflicts", "HTTP 409 answers to the operator's writes", m.conflicts.clone());
+        r.register(
+            "conflicts",
+            "HTTP 409 answers to the operator's Lease writes (a grant, release or repair that lost a race)",
+            m.conflicts.clone(),
+        );
         r.register("reconcile_errors", "Failed reconciles, by reason", m.reconcile_errors.clone());
         r.register("locks_held", "Locks currently held", m.held.clone());
         r.register("waiters", "Pods waiting for a lock, over all locks", m.waiters.clone());
