@@ -110,6 +110,7 @@ const RECLAIM: &str = "a start timeout deletes a holder that did not start";
 const REJECT_BUSY: &str = "a skip waiter is rejected (LockBusy)";
 const REJECT_TIMEOUT: &str = "a max-wait waiter is rejected (LockWaitTimeout)";
 const RECREATE_GRANT: &str = "the recreated lock object grants";
+const IDLE_NO_LEASE: &str = "a lock nobody waits for stays without a Lease (it is created at the first grant)";
 const POD_NAMES: [&str; 3] = ["pod-a", "pod-b", "pod-c"];
 const CLAIM_NAMES: [&str; 2] = ["claim-x", "claim-y"];
 
@@ -174,6 +175,9 @@ struct Config {
     start_held: bool,
     /// The first pod holds but has not started yet (with `start_held`).
     held_pending: bool,
+    /// A new lock: no reservation, no Lease; the first pod waits from the start, the others
+    /// arrive later ([`Action::PodRecreated`]). The Lease is created lazily, at the first grant.
+    fresh: bool,
     /// `nodeLossTimeoutSeconds` (the lease stays 3 s).
     node_loss_secs: u64,
     /// `startTimeoutSeconds`.
@@ -197,6 +201,7 @@ impl Config {
         recreate: false,
         start_held: false,
         held_pending: false,
+        fresh: false,
         node_loss_secs: 3,
         start_timeout_secs: 10_000,
         pod_policy: [Policy::WAIT; 3],
@@ -337,6 +342,8 @@ const REJECTED_BUSY: u8 = 2;
 const REJECTED_TIMEOUT: u8 = 4;
 /// A holder was granted by the recreated lock object.
 const GRANTED_AFTER_RECREATE: u8 = 8;
+/// An operator's step ended idle on a lock without a Lease (nobody to grant: none is created).
+const IDLE_WITHOUT_LEASE: u8 = 16;
 const REJECTED_THEN_GRANTED: &str = "I3: a rejected waiter was granted";
 
 /// A kind the operator watches: each kind's cache lags on its own (its own watch).
@@ -434,6 +441,11 @@ impl LockModel {
         let lease = LeaseObj { rv: 1, holder: None, token: 0, floor: Some(0), renew: None, owner: 0 };
         let lock = LockObj { rv: 1, uid: 0, ceiling: 1000, highest: 0 };
         let mut api = View { lease: Some(lease), lock, pods, claims };
+        if self.cfg.fresh {
+            api.lease = None;
+            api.lock.ceiling = 0;
+            api.pods.iter_mut().skip(1).for_each(|p| *p = None);
+        }
         let mut handed = vec![];
         if self.cfg.start_held {
             let p = api.pods[0].as_mut().unwrap();
@@ -703,6 +715,9 @@ impl World {
             // that changes nothing ends the session (the real reconcile stops after MAX_STEPS).
             Decision::RejectWaiters(rejects) => self.reject(&mut view, &rejects[0], bug),
             Decision::Idle { .. } => {
+                if view.lease.is_none() {
+                    self.events |= IDLE_WITHOUT_LEASE;
+                }
                 // The status view: server-side apply, no precondition (a stale writer wins).
                 let lease_token = view.lease.as_ref().map_or(0, |l| l.token);
                 let highest = view.lock.highest.max(lease_token);
@@ -1170,6 +1185,7 @@ impl Model for LockModel {
             Property::sometimes(REJECT_BUSY, |_, w: &World| w.events & REJECTED_BUSY != 0),
             Property::sometimes(REJECT_TIMEOUT, |_, w: &World| w.events & REJECTED_TIMEOUT != 0),
             Property::sometimes(RECREATE_GRANT, |_, w: &World| w.events & GRANTED_AFTER_RECREATE != 0),
+            Property::sometimes(IDLE_NO_LEASE, |_, w: &World| w.events & IDLE_WITHOUT_LEASE != 0),
         ]
     }
 }
@@ -1380,6 +1396,16 @@ fn a_planted_bug_ignored_max_wait_is_caught() {
 fn a_planted_bug_no_grant_after_release_is_caught() {
     let cfg = Config { pods: 2, restarts: 0, faults: 0, start_held: true, ..Config::BASE };
     planted_violates(Bug::NoGrantAfterRelease, cfg, 7, I4);
+}
+
+/// A new lock (issue 12: its Lease is created lazily, at the first grant): no reservation, no
+/// Lease; pod-a waits (or is deleted before the operator sees it: the operator then idles
+/// without writing), pod-b arrives later, a fault (the Lease deleted again, a node lost) and a
+/// restart anywhere; the lock is reserved, its Lease created and granted, twice.
+#[test]
+fn a_new_lock_creates_its_lease_at_the_first_grant() {
+    let cfg = Config { pods: 2, fresh: true, ..Config::BASE };
+    assert_safe("fresh", cfg, 12, &[IDLE_NO_LEASE]);
 }
 
 /// A lock deleted and recreated with the same name while pod-a, granted token 1 by the old

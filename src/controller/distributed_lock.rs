@@ -69,12 +69,14 @@ async fn reconcile_lock(lock: Arc<DistributedLock>, ctx: Arc<Context>, started: 
         return Ok(Action::await_change());
     }
     let mut lock = (*lock).clone();
+    let candidates = candidates_of(&ctx, &ns, &name);
     let mut lease_obj = ctx.leases.get(&ObjectRef::new(&name).within(&ns)).map(|l| (*l).clone());
-    if lease_obj.is_none() {
+    if lease_obj.is_none() && grant::needs_lease(&candidates) {
         // The Lease cache holds only Leases labelled leasehold.dev/lock: one that someone else
         // made with the lock's name is invisible there, and creating ours would fail with 409
         // again and again (each try reserving a new block of tokens). One read before anything
-        // is reserved or created.
+        // is reserved or created (not for a lock nobody waits for: its Lease is created at the
+        // first grant, and an idle lock costs no request).
         lease_obj = call("get Lease", lease_api.get_opt(&name)).await?;
     }
     if let Some(l) = &lease_obj
@@ -96,7 +98,7 @@ async fn reconcile_lock(lock: Arc<DistributedLock>, ctx: Arc<Context>, started: 
         settings,
         lease: None,
         renew_marker: None,
-        candidates: candidates_of(&ctx, &ns, &name),
+        candidates,
         ceiling: 0,
         highest_token: 0,
         fresh_reservation: None,
@@ -234,12 +236,11 @@ async fn reconcile_lock(lock: Arc<DistributedLock>, ctx: Arc<Context>, started: 
                     .find(|c| plan.holder.as_ref().is_none_or(|h| h.uid != c.uid))
                     .map(|c| c.created);
                 let (holder, waiters) = (&plan.holder, &plan.waiters);
-                write_status(&lock_api, &lock, lease_obj.as_ref(), holder, waiters, first_waiter, &ctx).await?;
+                let status_due =
+                    write_status(&lock_api, &lock, lease_obj.as_ref(), holder, waiters, first_waiter, &ctx).await?;
                 announce_waiters(&ctx, &ns, &lock, plan.holder.as_ref(), &snapshot.candidates).await;
-                return Ok(match requeue_after {
-                    Some(d) => Action::requeue(d + Duration::from_millis(50)),
-                    None => Action::requeue(RESYNC),
-                });
+                let timeout = requeue_after.map(|d| d + Duration::from_millis(50));
+                return Ok(Action::requeue([timeout, status_due].into_iter().flatten().min().unwrap_or(RESYNC)));
             }
         }
         // The decision's write was answered (failures returned above): the operator can write.
@@ -452,8 +453,13 @@ async fn patch_holder(ctx: &Context, ns: &str, lock: &DistributedLock, g: &Grant
     let holder = holder.ok_or(Error::MissingField("metadata"))?;
     let lock_ref = lock.object_ref(&());
     ctx.event_related(&lock_ref, Some(holder_ref.clone()), EventType::Normal, "Granted", note.clone(), "Grant").await;
-    let pod_note = format!("lock {}: {note}", lock.name_any());
-    ctx.event(&holder_ref, EventType::Normal, "LockGranted", pod_note, "Grant").await;
+    // A pod shows the grant only through this Event (its gate just goes away); a claim's own
+    // status already says Granted, with the token and this note: no second write for it
+    // (issue 12, writes per grant).
+    if g.kind == HolderKind::Pod {
+        let pod_note = format!("lock {}: {note}", lock.name_any());
+        ctx.event(&holder_ref, EventType::Normal, "LockGranted", pod_note, "Grant").await;
+    }
     Ok(holder)
 }
 
@@ -516,10 +522,12 @@ async fn reject_waiter(
     Ok(waiter)
 }
 
-/// Tells each waiter, once, by a Normal Event `Waiting` on its pod or claim, what it waits for:
-/// the lock, who holds it with which token, and its place in the queue when it joined. Only while
-/// someone holds the lock (a waiter of a free lock is granted next). The place changes as the
-/// queue moves; `status.waiters` and `leasehold status` show the current order.
+/// Tells each waiting pod, once, by a Normal Event `Waiting`, what it waits for: the lock, who
+/// holds it with which token, and its place in the queue when it joined. Only while someone holds
+/// the lock (a waiter of a free lock is granted next). The place changes as the queue moves;
+/// `status.waiters` and `leasehold status` show the current order. A claim gets no such Event:
+/// its own `status.phase` says `Waiting`, and its process (`leasehold lock`, the library) is
+/// the one waiting, not a person reading Events (one write less per queued claim, issue 12).
 async fn announce_waiters(
     ctx: &Context,
     ns: &str,
@@ -533,16 +541,17 @@ async fn announce_waiters(
         let mut announced = ctx.announced.lock().unwrap_or_else(|e| e.into_inner());
         let told = announced.entry(lock.uid().unwrap_or_default()).or_default();
         told.retain(|uid| queue.iter().any(|c| c.uid == *uid));
-        queue.iter().enumerate().filter(|(_, c)| told.insert(c.uid.clone())).map(|(i, c)| (i, *c)).collect()
+        queue
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.kind == HolderKind::Pod && told.insert(c.uid.clone()))
+            .map(|(i, c)| (i, *c))
+            .collect()
     };
     for (i, c) in fresh {
-        let (api_version, kind) = match c.kind {
-            HolderKind::Pod => ("v1".to_string(), "Pod"),
-            HolderKind::Claim => (DistributedLockClaim::api_version(&()).into_owned(), "DistributedLockClaim"),
-        };
         let waiter = ObjectReference {
-            api_version: Some(api_version),
-            kind: Some(kind.into()),
+            api_version: Some("v1".into()),
+            kind: Some("Pod".into()),
             name: Some(c.name.clone()),
             namespace: Some(ns.to_string()),
             uid: Some(c.uid.clone()),
@@ -654,9 +663,17 @@ async fn record_release(ctx: &Context, lock: &DistributedLock, r: &Release) {
     ctx.event_related(&lock.object_ref(&()), Some(pod), type_, "Released", note, "Release").await;
 }
 
+/// How long a changed status view waits before it is written: the changes of one handover (the
+/// new holder, then the releaser's new claim queueing, a few milliseconds apart) become one write
+/// instead of two (issue 12, writes per grant). The status is a view for people and tools
+/// (`kubectl get dlock`); no decision reads it back except `highestToken`, a lower bound that may
+/// lag (the model checker's status apply may land late and stale).
+pub const STATUS_DEBOUNCE: Duration = Duration::from_millis(250);
+
 /// Writes the status view when it changed (no write when nothing changed: 0 writes when idle),
-/// and sets the lock's metric series (`first_waiter_created`: the creation time of the first
-/// waiter in the queue).
+/// [`STATUS_DEBOUNCE`] after it first saw it change, and sets the lock's metric series at once
+/// (`first_waiter_created`: the creation time of the first waiter in the queue). Returns when to
+/// reconcile again to write a change that is still waiting, `None` if none is.
 async fn write_status(
     api: &Api<DistributedLock>,
     lock: &DistributedLock,
@@ -665,7 +682,7 @@ async fn write_status(
     waiters: &[String],
     first_waiter_created: Option<Timestamp>,
     ctx: &Context,
-) -> Result<()> {
+) -> Result<Option<Duration>> {
     let old = lock.status.clone().unwrap_or_default();
     let lease_token = lease.map(|l| lease::view(l).token).unwrap_or(0);
     let since = lease
@@ -689,7 +706,9 @@ async fn write_status(
     };
     let gen_ = lock.meta().generation;
     let now = Timestamp::now();
-    condition::set(&mut new.conditions, condition::READY, true, reason::RECONCILED, "Lease is in sync", gen_, now);
+    // The Lease is created at the first grant (`lock::grant::decide`): until then there is none.
+    let ready = if lease.is_some() { "Lease is in sync" } else { "in service; its Lease is created at the first grant" };
+    condition::set(&mut new.conditions, condition::READY, true, reason::RECONCILED, ready, gen_, now);
     match holder {
         Some(g) => condition::set(
             &mut new.conditions,
@@ -720,17 +739,27 @@ async fn write_status(
         highest_token: new.highest_token,
     };
     ctx.metrics.set_lock(&lock.namespace().unwrap_or_default(), &lock.name_any(), &state);
-    if new == old {
-        return Ok(());
-    }
     let uid = lock.uid().unwrap_or_default();
+    let settled = || {
+        ctx.status_pending.lock().unwrap_or_else(|e| e.into_inner()).remove(&uid);
+        Ok(None)
+    };
+    if new == old {
+        return settled();
+    }
     let digest = status_digest(&new);
     let recently = |(at, d): &(Instant, u64)| *d == digest && at.elapsed() < STATUS_CACHE_LAG;
     if ctx.status_written.lock().unwrap_or_else(|e| e.into_inner()).get(&uid).is_some_and(recently) {
         // Written moments ago; the cache has not caught up with our own write yet.
-        return Ok(());
+        return settled();
     }
-    patch_status_view(api, lock, &new, ctx).await
+    let since = *ctx.status_pending.lock().unwrap_or_else(|e| e.into_inner()).entry(uid.clone()).or_insert_with(Instant::now);
+    let wait = STATUS_DEBOUNCE.saturating_sub(since.elapsed());
+    if !wait.is_zero() {
+        return Ok(Some(wait));
+    }
+    patch_status_view(api, lock, &new, ctx).await?;
+    settled()
 }
 
 /// How long a status the operator applied is taken as still current when the lock cache shows

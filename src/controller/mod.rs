@@ -70,6 +70,10 @@ pub struct Context {
     /// write yet (woken by the operator's own Lease write, whose watch event often arrives first)
     /// does not apply the same status again.
     pub status_written: Mutex<HashMap<String, (Instant, u64)>>,
+    /// Per lock UID, since when its status has differed from what the lock shows without being
+    /// written: a status change waits [`distributed_lock::STATUS_DEBOUNCE`] so that the changes
+    /// of one handover (the new holder, then the releaser queueing again) are one write.
+    pub status_pending: Mutex<HashMap<String, Instant>>,
     /// Origin of the monotonic time handed to [`crate::lock::machine::step`].
     pub started: Instant,
     /// Test-only crash point (`LEASEHOLD_FAILPOINT`), see [`Context::failpoint`].
@@ -341,6 +345,7 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
         failures: Mutex::default(),
         announced: Mutex::default(),
         status_written: Mutex::default(),
+        status_pending: Mutex::default(),
         failpoint: std::env::var("LEASEHOLD_FAILPOINT").ok(),
     });
 
@@ -403,6 +408,7 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
             retain_live(&prune_ctx.failures, &live);
             retain_live(&prune_ctx.announced, &live);
             retain_live(&prune_ctx.status_written, &live);
+            retain_live(&prune_ctx.status_pending, &live);
             let keys = prune_locks
                 .state()
                 .iter()

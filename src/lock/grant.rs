@@ -386,6 +386,14 @@ pub fn decide(obs: &Observation<'_>) -> Result<Plan, TokenExhausted> {
     }
 
     let Some(lease) = obs.lease else {
+        // The Lease is created lazily, when there is someone to grant or to adopt: a new lock
+        // (or one whose Lease someone deleted) that nobody waits for and nobody holds costs no
+        // write but its status. Taking a lock into service is then one write, not three (the
+        // reservation, the Lease and the status: issue 12, a burst of new locks); the first
+        // waiter pays for the reservation and the Lease instead.
+        if !needs_lease(obs.pods) {
+            return Ok(Plan { decision: Decision::Idle { requeue_after: None }, holder: None, waiters: vec![] });
+        }
         // The Lease is missing (new lock, or someone deleted it). Tokens issued under the old
         // Lease are unknown here, so start above a ceiling this reconcile raised itself.
         let decision = match obs.fresh_reservation {
@@ -460,6 +468,13 @@ pub fn decide(obs: &Observation<'_>) -> Result<Plan, TokenExhausted> {
         None => Decision::Idle { requeue_after: None },
     };
     Ok(Plan { decision, holder: None, waiters: names(&waiters) })
+}
+
+/// Whether a lock without a Lease needs one now: someone waits for it, or someone runs with a
+/// token (a holder to adopt after the Lease was deleted). Otherwise [`decide`] leaves the Lease
+/// missing (it is created at the first grant), and the controller need not look for it.
+pub fn needs_lease(candidates: &[Candidate]) -> bool {
+    candidates.iter().any(|c| c.is_waiter() || (!c.gated && !c.is_terminal() && c.token.is_some()))
 }
 
 /// The candidates that wait ([`Candidate::is_waiter`]), in grant order ([`queue::sort`]).

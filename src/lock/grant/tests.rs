@@ -73,10 +73,23 @@ fn granted(name: &str, token: i64) -> Option<Grant> {
 
 #[test]
 fn new_lock_reserves_tokens_before_creating_its_lease() {
-    let o = Observation { ceiling: 0, ..obs(None, &[]) };
+    let pods = [pod("a", 1)];
+    let o = Observation { ceiling: 0, ..obs(None, &pods) };
     assert_eq!(decide(&o).unwrap().decision, Decision::Reserve { from: 0, to: 1 + fencing::RESERVATION_BLOCK });
     let o = Observation { fresh_reservation: Some(0), ..o };
     assert_eq!(decide(&o).unwrap().decision, Decision::CreateLease { holder: None, floor: 0 });
+}
+
+#[test]
+fn a_lock_nobody_waits_for_or_holds_gets_no_lease_yet() {
+    // Nothing to grant or adopt: no reservation, no Lease (one write per new lock: its status).
+    let o = Observation { ceiling: 0, ..obs(None, &[]) };
+    assert_eq!(decide(&o).unwrap().decision, Decision::Idle { requeue_after: None });
+    // Finished pods and pods that gave up do not count; a running holder with a token does.
+    let done = [Candidate { phase: Phase::Succeeded, ..running("old", 1, 3) }];
+    assert_eq!(decide(&obs(None, &done)).unwrap().decision, Decision::Idle { requeue_after: None });
+    let holds = [running("h", 1, 3)];
+    assert!(matches!(decide(&obs(None, &holds)).unwrap().decision, Decision::Reserve { .. }));
 }
 
 #[test]
