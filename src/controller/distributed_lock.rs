@@ -707,7 +707,8 @@ async fn write_status(
     let gen_ = lock.meta().generation;
     let now = Timestamp::now();
     // The Lease is created at the first grant (`lock::grant::decide`): until then there is none.
-    let ready = if lease.is_some() { "Lease is in sync" } else { "in service; its Lease is created at the first grant" };
+    let ready =
+        if lease.is_some() { "Lease is in sync" } else { "in service; its Lease is created at the first grant" };
     condition::set(&mut new.conditions, condition::READY, true, reason::RECONCILED, ready, gen_, now);
     match holder {
         Some(g) => condition::set(
@@ -753,7 +754,8 @@ async fn write_status(
         // Written moments ago; the cache has not caught up with our own write yet.
         return settled();
     }
-    let since = *ctx.status_pending.lock().unwrap_or_else(|e| e.into_inner()).entry(uid.clone()).or_insert_with(Instant::now);
+    let since =
+        *ctx.status_pending.lock().unwrap_or_else(|e| e.into_inner()).entry(uid.clone()).or_insert_with(Instant::now);
     let wait = STATUS_DEBOUNCE.saturating_sub(since.elapsed());
     if !wait.is_zero() {
         return Ok(Some(wait));
