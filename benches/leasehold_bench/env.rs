@@ -169,9 +169,74 @@ impl Env {
 
     /// The API server's `apiserver_request_total` counters.
     pub async fn api_counts(&self) -> anyhow::Result<ApiCounts> {
+        Ok(ApiCounts::parse(&self.apiserver_metrics().await?))
+    }
+
+    /// The API server's `/metrics`, as text.
+    pub async fn apiserver_metrics(&self) -> anyhow::Result<String> {
         let req = http::Request::get("/metrics").body(Vec::new())?;
-        let text = self.client.request_text(req).await?;
-        Ok(ApiCounts::parse(&text))
+        Ok(self.client.request_text(req).await?)
+    }
+
+    /// etcd's own `/metrics` (its client URL, plain HTTP on loopback; the port is in the run
+    /// directory's `ports.env` next to the kubeconfig, see e2e/cluster.sh). None if unreachable.
+    pub async fn etcd_metrics(&self) -> Option<String> {
+        let ports = std::fs::read_to_string(self.kubeconfig.parent()?.join("ports.env")).ok()?;
+        let port: u16 = ports.lines().find_map(|l| l.strip_prefix("ETCD_PORT="))?.trim().parse().ok()?;
+        let get = async {
+            let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+            s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n").await?;
+            let mut out = String::new();
+            s.read_to_string(&mut out).await?;
+            Ok::<_, std::io::Error>(out)
+        };
+        let out = tokio::time::timeout(Duration::from_secs(10), get).await.ok()?.ok()?;
+        let (head, body) = out.split_once("\r\n\r\n")?;
+        (head.split_whitespace().nth(1) == Some("200")).then(|| body.to_string())
+    }
+
+    /// Both servers' counters and the API server's watch gauges, at one moment.
+    pub async fn server_snapshot(&self) -> anyhow::Result<ServerSnapshot> {
+        let text = self.apiserver_metrics().await?;
+        let etcd = self.etcd_metrics().await;
+        Ok(ServerSnapshot {
+            at: Instant::now(),
+            api: ApiCounts::parse(&text),
+            etcd_requests: metric_by_label(&text, "etcd_request_duration_seconds_count", "operation"),
+            etcd_mvcc: etcd.as_deref().map(|t| {
+                ["put", "delete", "txn", "range"]
+                    .iter()
+                    .map(|op| (op.to_string(), metric_sum(t, &format!("etcd_mvcc_{op}_total"), &[])))
+                    .collect()
+            }),
+            watches: Watches::of(&text),
+        })
+    }
+
+    /// What the servers did between two snapshots: API writes/s (net of the idle cluster's own
+    /// traffic), 5xx and 429 answers, etcd requests/s by operation (the API server's count and
+    /// etcd's own), and the watch gauges at both ends.
+    pub fn server_load(&self, a: &ServerSnapshot, b: &ServerSnapshot, before: Option<&ServerSnapshot>) -> ServerLoad {
+        let secs = b.at.duration_since(a.at).as_secs_f64().max(1e-9);
+        let raw = b.api.since(&a.api);
+        let net = self.net(&a.api, &b.api, secs);
+        let codes = |p: &dyn Fn(&str) -> bool| raw.0.iter().filter(|((_, _, c), _)| p(c)).map(|(_, v)| v).sum::<f64>();
+        let rate = |x: &BTreeMap<String, f64>, y: &BTreeMap<String, f64>| -> BTreeMap<String, f64> {
+            y.iter().map(|(k, v)| (k.clone(), (v - x.get(k).copied().unwrap_or(0.0)).max(0.0) / secs)).collect()
+        };
+        ServerLoad {
+            window_s: secs,
+            api_writes_per_s: net.all_writes() / secs,
+            api_writes_per_s_leasehold: net.writes(&OUR_RESOURCES) / secs,
+            api_requests_per_s: net.all_requests() / secs,
+            server_errors: codes(&|c| c.starts_with('5')),
+            throttled: codes(&|c| c == "429"),
+            etcd_requests_per_s: rate(&a.etcd_requests, &b.etcd_requests),
+            etcd_mvcc_per_s: a.etcd_mvcc.as_ref().zip(b.etcd_mvcc.as_ref()).map(|(x, y)| rate(x, y)),
+            watches_before: before.map(|s| s.watches.clone()),
+            watches_start: a.watches.clone(),
+            watches_end: b.watches.clone(),
+        }
     }
 
     /// Creates `DistributedLock`s `<prefix>-<i>` for i in 0..n, `concurrency` at a time.
@@ -377,6 +442,101 @@ impl Drop for Operator {
     }
 }
 
+/// Samples of a Prometheus text exposition: (name, labels, value).
+pub fn samples(text: &str) -> impl Iterator<Item = (&str, BTreeMap<&str, &str>, f64)> {
+    text.lines().filter(|l| !l.starts_with('#')).filter_map(|line| {
+        let (head, value) = line.rsplit_once(' ')?;
+        let value: f64 = value.trim().parse().ok()?;
+        let (name, labels) = match head.split_once('{') {
+            Some((n, rest)) => (n, rest.trim_end_matches('}')),
+            None => (head, ""),
+        };
+        let mut m = BTreeMap::new();
+        for kv in labels.split("\",") {
+            if let Some((k, v)) = kv.split_once("=\"") {
+                m.insert(k.trim_start_matches(','), v.trim_end_matches('"'));
+            }
+        }
+        Some((name, m, value))
+    })
+}
+
+/// Sum of a metric's samples whose labels include every pair of `want`.
+pub fn metric_sum(text: &str, name: &str, want: &[(&str, &str)]) -> f64 {
+    samples(text)
+        .filter(|(n, l, _)| *n == name && want.iter().all(|(k, v)| l.get(k) == Some(v)))
+        .map(|(_, _, v)| v)
+        .sum()
+}
+
+/// A metric summed by the value of one label.
+pub fn metric_by_label(text: &str, name: &str, label: &str) -> BTreeMap<String, f64> {
+    let mut m = BTreeMap::new();
+    for (n, l, v) in samples(text) {
+        if n == name {
+            *m.entry(l.get(label).copied().unwrap_or("").to_string()).or_insert(0.0) += v;
+        }
+    }
+    m
+}
+
+/// The API server's and etcd's counters at one moment ([`Env::server_snapshot`]).
+#[derive(Clone, Debug)]
+pub struct ServerSnapshot {
+    pub at: Instant,
+    pub api: ApiCounts,
+    /// The API server's requests to etcd by operation (`etcd_request_duration_seconds_count`;
+    /// 1.37 has no `etcd_requests_total`).
+    pub etcd_requests: BTreeMap<String, f64>,
+    /// etcd's own `etcd_mvcc_{put,delete,txn,range}_total` (None if its /metrics was unreachable).
+    pub etcd_mvcc: Option<BTreeMap<String, f64>>,
+    pub watches: Watches,
+}
+
+/// Open watches on the API server.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct Watches {
+    /// `apiserver_longrunning_requests{verb="WATCH"}` (a gauge, summed over resources).
+    pub longrunning_watch: f64,
+    /// `apiserver_registered_watchers` (summed), if the API server still exports it.
+    pub registered_watchers: Option<f64>,
+}
+
+impl Watches {
+    fn of(text: &str) -> Watches {
+        let registered = samples(text).any(|(n, _, _)| n == "apiserver_registered_watchers");
+        Watches {
+            longrunning_watch: metric_sum(text, "apiserver_longrunning_requests", &[("verb", "WATCH")]),
+            registered_watchers: registered.then(|| metric_sum(text, "apiserver_registered_watchers", &[])),
+        }
+    }
+}
+
+/// The servers' load over a window ([`Env::server_load`]).
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct ServerLoad {
+    pub window_s: f64,
+    /// API writes per second, every resource and client, net of the idle cluster's own traffic.
+    pub api_writes_per_s: f64,
+    /// The same, on Leasehold's resources (locks, claims, Leases, Events, pods).
+    pub api_writes_per_s_leasehold: f64,
+    /// API requests (not WATCH) per second, net of the idle cluster's own traffic.
+    pub api_requests_per_s: f64,
+    /// Requests answered 5xx / 429 in the window (every client).
+    pub server_errors: f64,
+    pub throttled: f64,
+    /// The API server's requests to etcd per second, by operation
+    /// (`etcd_request_duration_seconds_count`).
+    pub etcd_requests_per_s: BTreeMap<String, f64>,
+    /// etcd's own operations per second (`etcd_mvcc_*_total`: put, delete, txn, range), if its
+    /// /metrics was reachable.
+    pub etcd_mvcc_per_s: Option<BTreeMap<String, f64>>,
+    /// Open watches before the load started, at the window's start and at its end.
+    pub watches_before: Option<Watches>,
+    pub watches_start: Watches,
+    pub watches_end: Watches,
+}
+
 /// `apiserver_request_total` by (verb, resource, code).
 #[derive(Clone, Debug, Default)]
 pub struct ApiCounts(pub BTreeMap<(String, String, String), f64>);
@@ -428,6 +588,16 @@ impl ApiCounts {
             .filter(|((verb, r, _), _)| verb != "WATCH" && resources.contains(&r.as_str()))
             .map(|(_, v)| v)
             .sum()
+    }
+
+    /// Requests (not WATCH) on every resource.
+    pub fn all_requests(&self) -> f64 {
+        self.0.iter().filter(|((verb, _, _), _)| verb != "WATCH").map(|(_, v)| v).sum()
+    }
+
+    /// Writes on every resource.
+    pub fn all_writes(&self) -> f64 {
+        self.0.iter().filter(|((verb, _, _), _)| WRITE_VERBS.contains(&verb.as_str())).map(|(_, v)| v).sum()
     }
 
     /// Writes on `resources`.

@@ -9,7 +9,7 @@ use anyhow::{Context as _, bail};
 use serde_json::Value;
 
 use crate::env::{Env, LEASE_RESOURCES};
-use crate::ours::traffic;
+use crate::ours::{api_cost, traffic};
 use crate::results::{Failover, Herd, Latency};
 use crate::stats::summarize;
 
@@ -37,9 +37,17 @@ fn s(v: impl ToString) -> String {
     v.to_string()
 }
 
-/// Scenario 1.
-pub async fn handover(env: &Env, pairs: usize, rounds: usize, hold: Duration) -> anyhow::Result<Latency> {
-    let ns = env.namespace("kle-handover").await?;
+/// Scenario 1; the waiters poll every `poll` (documented: 5 s), the ttl stays 15 s. The API
+/// requests on Leases are counted over the driver's run (it must be alone on the cluster).
+pub async fn handover(
+    env: &Env,
+    tag: &str,
+    pairs: usize,
+    rounds: usize,
+    hold: Duration,
+    poll: Duration,
+) -> anyhow::Result<Latency> {
+    let ns = env.namespace(tag).await?;
     let args = [
         s("handover"),
         s("--namespace"),
@@ -50,18 +58,37 @@ pub async fn handover(env: &Env, pairs: usize, rounds: usize, hold: Duration) ->
         s(rounds),
         s("--hold-ms"),
         s(hold.as_millis()),
+        s("--poll-ms"),
+        s(poll.as_millis()),
     ];
+    let (m0, c0) = (env.api_counts().await?, std::time::Instant::now());
     let v = run(env, &args).await?;
+    let counted_s = c0.elapsed().as_secs_f64();
+    let delta = env.net(&m0, &env.api_counts().await?, counted_s);
     env.finished(&ns);
-    Ok(Latency::new(
+    let period = if poll == Duration::from_secs(5) {
+        "every 5 s (documented)".to_string()
+    } else {
+        format!("every {:.1} s (the documented period is 5 s)", poll.as_secs_f64())
+    };
+    let mut lat = Latency::new(
         format!(
-            "{pairs} Leases x 2 candidates at once, {rounds} handovers each; ttl 15 s, try_acquire_or_renew() every 5 s (documented), waiter loop at a random phase; holder holds {} ms; sample = step_down() called -> waiter's try_acquire_or_renew() returns Acquired",
+            "{pairs} Leases x 2 candidates at once, {rounds} handovers each; ttl 15 s, try_acquire_or_renew() {period}, waiter loop at a random phase; holder holds {} ms; sample = step_down() called -> waiter's try_acquire_or_renew() returns Acquired",
             hold.as_millis()
         ),
         floats(&v, "handover_ms"),
         v["errors"].as_u64().unwrap_or(0),
         v["elapsed_s"].as_f64().unwrap_or(0.0),
-    ))
+    );
+    lat.api = Some(api_cost(
+        &delta,
+        &LEASE_RESOURCES,
+        lat.samples_ms.len(),
+        2 * pairs,
+        counted_s,
+        "Leases, the driver's whole run (both candidates of every pair), net of the idle cluster's own traffic",
+    ));
+    Ok(lat)
 }
 
 /// Scenario 3.

@@ -23,7 +23,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::env::{Env, LEASE_RESOURCES};
-use crate::ours::{handovers_of, traffic};
+use crate::ours::{api_cost, handovers_of, traffic};
 use crate::results::{Failover, Herd, Latency};
 use crate::stats::{random_below, summarize};
 
@@ -34,7 +34,22 @@ fn ms(d: Duration) -> f64 {
 }
 
 async fn manager(client: &Client, ns: &str, lease: &str, id: &str) -> anyhow::Result<LeaseManager> {
-    Ok(LeaseManagerBuilder::new(client.clone(), lease).with_namespace(ns).with_identity(id).build().await?)
+    manager_with(client, ns, lease, id, None).await
+}
+
+/// A manager with (lease duration, grace) seconds instead of the defaults.
+async fn manager_with(
+    client: &Client,
+    ns: &str,
+    lease: &str,
+    id: &str,
+    timing: Option<(u64, u64)>,
+) -> anyhow::Result<LeaseManager> {
+    let mut b = LeaseManagerBuilder::new(client.clone(), lease).with_namespace(ns).with_identity(id);
+    if let Some((duration, grace)) = timing {
+        b = b.with_duration(duration).with_grace(grace);
+    }
+    Ok(b.build().await?)
 }
 
 /// Waits until the receiver says "holding"; None if the manager stopped.
@@ -43,19 +58,29 @@ async fn held(rx: &mut watch::Receiver<bool>) -> Option<Instant> {
 }
 
 /// Scenario 1: `pairs` Leases with two managers each, `rounds` handovers per pair, all pairs at
-/// once (each handover waits for a timer, not for the API server).
-pub async fn handover(env: &Env, pairs: usize, rounds: usize, hold: Duration) -> anyhow::Result<Latency> {
+/// once (each handover waits for a timer, not for the API server). `timing`: (lease duration,
+/// grace) seconds instead of the defaults. The API requests on Leases are counted from the
+/// managers' creation to the end (the run must be alone on the cluster).
+pub async fn handover(
+    env: &Env,
+    tag: &str,
+    pairs: usize,
+    rounds: usize,
+    hold: Duration,
+    timing: Option<(u64, u64)>,
+) -> anyhow::Result<Latency> {
     let started = Instant::now();
-    let ns = env.namespace("klm-handover").await?;
+    let ns = env.namespace(tag).await?;
     let client = env.new_client().await?;
+    let (m0, c0) = (env.api_counts().await?, Instant::now());
     let errors = Arc::new(AtomicU64::new(0));
     let mut tasks = vec![];
     for p in 0..pairs {
         let (client, ns, errors) = (client.clone(), ns.clone(), errors.clone());
         tasks.push(tokio::spawn(async move {
             let lease = format!("klm-pair-{p}");
-            let a = manager(&client, &ns, &lease, &format!("klm-{p}-a")).await?;
-            let b = manager(&client, &ns, &lease, &format!("klm-{p}-b")).await?;
+            let a = manager_with(&client, &ns, &lease, &format!("klm-{p}-a"), timing).await?;
+            let b = manager_with(&client, &ns, &lease, &format!("klm-{p}-b"), timing).await?;
             let (mut rx_h, mut task_h): (watch::Receiver<bool>, Task) = a.watch().await;
             held(&mut rx_h).await.context("first holder never held")?;
             let (mut rx_w, mut task_w) = b.watch().await;
@@ -77,7 +102,7 @@ pub async fn handover(env: &Env, pairs: usize, rounds: usize, hold: Duration) ->
                 // The next waiter is a new manager under the old holder's identity: a manager
                 // that released keeps `is_leader == true` internally, so calling watch() on it
                 // again starts its channel at `true` until its first sync.
-                let m = manager(&client, &ns, &lease, &ids.0).await?;
+                let m = manager_with(&client, &ns, &lease, &ids.0, timing).await?;
                 let (rx, task) = m.watch().await;
                 (rx_h, task_h, rx_w, task_w) = (rx_w, task_w, rx, task);
                 ids = (ids.1, ids.0);
@@ -98,16 +123,29 @@ pub async fn handover(env: &Env, pairs: usize, rounds: usize, hold: Duration) ->
             }
         }
     }
+    let counted_s = c0.elapsed().as_secs_f64();
+    let delta = env.net(&m0, &env.api_counts().await?, counted_s);
     env.finished(&ns);
-    Ok(Latency::new(
+    let (duration, grace) = timing.unwrap_or((DEFAULT_LEASE_DURATION_SECONDS, DEFAULT_LEASE_GRACE_SECONDS));
+    let kind = if timing.is_some() { "tuned" } else { "defaults" };
+    let mut lat = Latency::new(
         format!(
-            "{pairs} Leases x 2 managers at once, {rounds} handover(s) each; defaults (duration {DEFAULT_LEASE_DURATION_SECONDS} s, grace {DEFAULT_LEASE_GRACE_SECONDS} s); holder holds {} ms then drops its watch() channel; sample = drop -> waiter's channel turns true",
+            "{pairs} Leases x 2 managers at once, {rounds} handover(s) each; {kind} (duration {duration} s, grace {grace} s); holder holds {} ms then drops its watch() channel; sample = drop -> waiter's channel turns true",
             hold.as_millis()
         ),
         samples,
         errors.load(Ordering::Relaxed),
         started.elapsed().as_secs_f64(),
-    ))
+    );
+    lat.api = Some(api_cost(
+        &delta,
+        &LEASE_RESOURCES,
+        lat.samples_ms.len(),
+        2 * pairs,
+        counted_s,
+        "Leases, every manager of the run, from their creation to the last one stopped, net of the idle cluster's own traffic",
+    ));
+    Ok(lat)
 }
 
 /// The failover holder process (`worker klm-hold`): holds the Lease until killed.

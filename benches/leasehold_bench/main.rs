@@ -9,7 +9,10 @@
 //!
 //! Environment (all optional):
 //! - `BENCH_SIZE=quick` small sizes for development (default `full`, the sizes of the issue);
-//! - `BENCH_ONLY=handover,pods,failover,throughput,herd,scale` a subset of the scenarios;
+//! - `BENCH_ONLY=handover,pods,failover,throughput,open-loop,herd,lease-cost,repeats,scale,held`
+//!   a subset of the scenarios (`lease-cost`: the Lease crates' extra configurations; `repeats`:
+//!   repeats 2.. of Leasehold's handover, failover and throughput; `held`: the scale namespace
+//!   with held locks and waiters, after the scale setup);
 //! - `BENCH_LIBS=leasehold,kube-lease-manager,kube-leader-election` a subset of the libraries;
 //! - `BENCH_<SIZE>` overrides one size, e.g. `BENCH_SCALE_LOCKS=2000` (see [`Config`]).
 //!
@@ -26,7 +29,7 @@ mod stats;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use results::{KLE, KLM, OURS, Results};
+use results::{KLE, KLM, LeaseCost, OURS, Results};
 
 /// Scenario sizes.
 #[derive(Clone, Debug)]
@@ -54,6 +57,28 @@ struct Config {
     scale_idle_s: u64,
     scale_batch: usize,
     scale_setup_budget_s: u64,
+    /// kube-leader-election's waiter poll periods for the latency vs API cost table (ms; 5000 is
+    /// the documented one and is the scenario-1 run).
+    kle_polls_ms: Vec<u64>,
+    /// kube-lease-manager tuned: lease duration and grace, seconds.
+    klm_tuned: (u64, u64),
+    klm_tuned_pairs: usize,
+    klm_tuned_rounds: usize,
+    /// Open loop: offered cycles/s (0: half the closed-loop grants/s, else `open_rate_fallback`).
+    open_rate: f64,
+    open_rate_fallback: f64,
+    open_hold_ms: u64,
+    open_warmup_s: u64,
+    open_secs: u64,
+    /// Runs of the headline scenarios (1 = the main run only).
+    repeats: usize,
+    repeat_throughput_warmup_s: u64,
+    repeat_throughput_secs: u64,
+    held_pods: usize,
+    held_claims: usize,
+    held_waiters: usize,
+    held_settle_s: u64,
+    held_secs: u64,
 }
 
 impl Config {
@@ -90,6 +115,26 @@ impl Config {
             scale_idle_s: n("SCALE_IDLE_S", 30, 10),
             scale_batch: n("SCALE_BATCH", 10_000, 300) as usize,
             scale_setup_budget_s: n("SCALE_SETUP_BUDGET_S", 360, 60),
+            kle_polls_ms: std::env::var("BENCH_KLE_POLLS_MS")
+                .ok()
+                .map(|v| v.split(',').filter_map(|x| x.trim().parse().ok()).collect())
+                .unwrap_or_else(|| vec![1000, 2000, 5000]),
+            klm_tuned: (n("KLM_TUNED_DURATION_S", 5, 5), n("KLM_TUNED_GRACE_S", 2, 2)),
+            klm_tuned_pairs: n("KLM_TUNED_PAIRS", 50, 4) as usize,
+            klm_tuned_rounds: n("KLM_TUNED_ROUNDS", 3, 2) as usize,
+            open_rate: std::env::var("BENCH_OPEN_RATE").ok().and_then(|v| v.parse().ok()).unwrap_or(0.0),
+            open_rate_fallback: if quick { 5.0 } else { 24.0 },
+            open_hold_ms: n("OPEN_HOLD_MS", 100, 100),
+            open_warmup_s: n("OPEN_WARMUP_S", 10, 3),
+            open_secs: n("OPEN_SECS", 60, 10),
+            repeats: n("REPEATS", 3, 3) as usize,
+            repeat_throughput_warmup_s: n("REPEAT_THROUGHPUT_WARMUP_S", 5, 2),
+            repeat_throughput_secs: n("REPEAT_THROUGHPUT_SECS", 30, 5),
+            held_pods: n("HELD_PODS", 1000, 30) as usize,
+            held_claims: n("HELD_CLAIMS", 100, 10) as usize,
+            held_waiters: n("HELD_WAITERS", 100, 10) as usize,
+            held_settle_s: n("HELD_SETTLE_S", 10, 3),
+            held_secs: n("HELD_SECS", 60, 10),
         }
     }
 
@@ -110,6 +155,48 @@ impl Config {
         put("throughput", format!("{} locks, {} s", self.throughput_locks, self.throughput_secs));
         put("herd_waiters", self.herd_waiters.to_string());
         put("scale_locks", self.scale_locks.to_string());
+        put(
+            "lease_cost",
+            format!(
+                "kle polls {:?} ms ({}×{}), klm tuned {}/{} s ({}×{})",
+                self.kle_polls_ms,
+                self.kle_pairs,
+                self.kle_rounds,
+                self.klm_tuned.0,
+                self.klm_tuned.1,
+                self.klm_tuned_pairs,
+                self.klm_tuned_rounds
+            ),
+        );
+        put(
+            "open_loop",
+            format!(
+                "{} locks, {} s after {} s warm-up, hold {} ms, rate {}",
+                self.throughput_locks,
+                self.open_secs,
+                self.open_warmup_s,
+                self.open_hold_ms,
+                if self.open_rate > 0.0 { format!("{}/s", self.open_rate) } else { "half the closed loop".into() }
+            ),
+        );
+        put(
+            "repeats",
+            format!(
+                "{} (repeats 2.. : handover n={}, failover {} locks, throughput {} s after {} s)",
+                self.repeats,
+                self.handovers,
+                self.failover_locks,
+                self.repeat_throughput_secs,
+                self.repeat_throughput_warmup_s
+            ),
+        );
+        put(
+            "held",
+            format!(
+                "{} pod holders, {} renewing claims, {} pod waiters; {} s window after {} s",
+                self.held_pods, self.held_claims, self.held_waiters, self.held_secs, self.held_settle_s
+            ),
+        );
         m
     }
 }
@@ -230,12 +317,6 @@ async fn step<T>(r: &mut Results, name: &str, fut: impl std::future::Future<Outp
     }
 }
 
-/// A Lease crate's result in the side-by-side phase.
-enum Res {
-    L(results::Latency),
-    F(results::Failover),
-}
-
 /// Records the outcome of a step that was timed elsewhere (the competitors run side by side).
 fn record<T>(r: &mut Results, name: &str, out: Option<anyhow::Result<T>>) -> Option<T> {
     match out? {
@@ -273,8 +354,14 @@ async fn run() -> anyhow::Result<()> {
     if lib_selected(OURS) {
         if selected("handover")
             && let Some(v) =
-                step(&mut r, "handover/leasehold", ours::handover(&env, cfg.handovers, ms(cfg.hold_ms))).await
+                step(&mut r, "handover/leasehold", ours::handover(&env, "handover", cfg.handovers, ms(cfg.hold_ms)))
+                    .await
         {
+            r.lease_cost.push(LeaseCost {
+                library: OURS.into(),
+                config: "operator defaults, 15 s lease (holders renew every 5 s)".into(),
+                latency: v.clone(),
+            });
             r.handover.insert(OURS.into(), v);
         }
         if selected("pods") {
@@ -282,7 +369,8 @@ async fn run() -> anyhow::Result<()> {
                 step(&mut r, "pod-handover/leasehold", ours::pod_handover(&env, cfg.pods, &cfg.pod_run_for)).await;
         }
         if selected("failover")
-            && let Some(v) = step(&mut r, "failover/leasehold", ours::failover(&env, cfg.failover_locks)).await
+            && let Some(v) =
+                step(&mut r, "failover/leasehold", ours::failover(&env, "failover", cfg.failover_locks)).await
         {
             r.failover.insert(OURS.into(), v);
         }
@@ -295,9 +383,38 @@ async fn run() -> anyhow::Result<()> {
         if selected("throughput") {
             let (warmup, window) =
                 (Duration::from_secs(cfg.throughput_warmup_s), Duration::from_secs(cfg.throughput_secs));
-            r.throughput =
-                step(&mut r, "throughput/leasehold", ours::throughput(&env, cfg.throughput_locks, warmup, window))
-                    .await;
+            r.throughput = step(
+                &mut r,
+                "throughput/leasehold",
+                ours::throughput(&env, "throughput", cfg.throughput_locks, warmup, window),
+            )
+            .await;
+        }
+        if selected("open-loop") {
+            let (rate, from) = if cfg.open_rate > 0.0 {
+                (cfg.open_rate, "BENCH_OPEN_RATE".to_string())
+            } else if let Some(t) = r.throughput.as_ref().filter(|t| t.grants_per_s > 0.0) {
+                (
+                    t.grants_per_s / 2.0,
+                    format!("half the closed loop's {:.1} grants/s (the saturation point)", t.grants_per_s),
+                )
+            } else {
+                (cfg.open_rate_fallback, "fixed (the closed loop was not run in this run)".to_string())
+            };
+            r.throughput_open = step(
+                &mut r,
+                "throughput-open-loop/leasehold",
+                ours::throughput_open(
+                    &env,
+                    cfg.throughput_locks,
+                    rate,
+                    from,
+                    ms(cfg.open_hold_ms),
+                    Duration::from_secs(cfg.open_warmup_s),
+                    Duration::from_secs(cfg.open_secs),
+                ),
+            )
+            .await;
         }
     }
     // The herds count API requests on Leases: alone too.
@@ -324,85 +441,169 @@ async fn run() -> anyhow::Result<()> {
             r.herd.insert(KLE.into(), v);
         }
     }
-    // The Lease crates' handover and failover wait for their timers (seconds), not for the API
-    // server: they run side by side with each other; then, alone, the scale scenario's setup
-    // (10,000 locks created at once), which is bounded by the API server's write rate.
-    eprintln!(
-        "[bench] ---- the Lease crates' handover and failover, side by side, then scale setup (load {})",
-        loadavg()
-    );
-    let t = Instant::now();
-    let setup = async {
-        if selected("scale") && lib_selected(OURS) {
-            let t = Instant::now();
-            let budget = Duration::from_secs(cfg.scale_setup_budget_s);
-            Some((ours::scale_setup(&env, cfg.scale_locks, cfg.scale_batch, budget).await, t.elapsed().as_secs_f64()))
-        } else {
-            None
+    // The Lease crates' voluntary handovers, one configuration at a time (each alone on the
+    // cluster, so the API server's counters are its own): the defaults are scenario 1's columns;
+    // with `lease-cost`, kube-leader-election at other poll periods and kube-lease-manager tuned.
+    let default_poll = 5000;
+    if selected("handover") || selected("lease-cost") {
+        let mut runs: Vec<(&str, String, String, Option<(u64, u64)>, u64)> = vec![];
+        if klm_on {
+            if selected("handover") {
+                runs.push((
+                    KLM,
+                    "klm-handover".into(),
+                    "defaults: lease 30 s, grace 5 s (renews every 25 s)".into(),
+                    None,
+                    0,
+                ));
+            }
+            if selected("lease-cost") {
+                let (d, g) = cfg.klm_tuned;
+                runs.push((
+                    KLM,
+                    "klm-handover-tuned".into(),
+                    format!(
+                        "tuned: lease {d} s, grace {g} s (renews every {} s; the crate's doc example)",
+                        d.saturating_sub(g)
+                    ),
+                    Some((d, g)),
+                    0,
+                ));
+            }
         }
-    };
-    let competitors = async {
-        let mut out = vec![];
-        if selected("handover") {
-            let t = Instant::now();
-            let (a, b) = tokio::join!(
-                async {
-                    if klm_on {
-                        Some(klm::handover(&env, cfg.klm_pairs, cfg.klm_rounds, competitor_hold).await)
-                    } else {
-                        None
-                    }
-                },
-                async {
-                    if kle_on {
-                        Some(kle::handover(&env, cfg.kle_pairs, cfg.kle_rounds, competitor_hold).await)
-                    } else {
-                        None
-                    }
+        if kle_on {
+            for &poll in &cfg.kle_polls_ms {
+                let default = poll == default_poll;
+                if (default && selected("handover")) || (!default && selected("lease-cost")) {
+                    let label = format!(
+                        "poll every {} s{}, ttl 15 s",
+                        poll as f64 / 1000.0,
+                        if default { " (documented)" } else { "" }
+                    );
+                    runs.push((KLE, format!("kle-handover-{poll}ms"), label, None, poll));
                 }
-            );
-            out.push(("handover", a.map(|x| x.map(Res::L)), b.map(|x| x.map(Res::L)), t.elapsed().as_secs_f64()));
+            }
         }
-        if selected("failover") {
-            let t = Instant::now();
-            let (a, b) = tokio::join!(
-                async { if klm_on { Some(klm::failover(&env, cfg.failover_locks).await) } else { None } },
-                async { if kle_on { Some(kle::failover(&env, cfg.failover_locks).await) } else { None } }
-            );
-            out.push(("failover", a.map(|x| x.map(Res::F)), b.map(|x| x.map(Res::F)), t.elapsed().as_secs_f64()));
-        }
-        out
-    };
-    // One after the other: the burst saturates the API server's writes, which would slow the
-    // crates' requests (and theirs would slow it).
-    let competitors = competitors.await;
-    let setup = setup.await;
-    r.wall_s.insert("Lease crates' handover + failover, then scale setup".into(), t.elapsed().as_secs_f64());
-    for (kind, a, b, secs) in competitors {
-        r.wall_s.insert(format!("{kind}/Lease crates, side by side"), secs);
-        for (lib, res) in [(KLM, a), (KLE, b)] {
-            match record(&mut r, &format!("{kind}/{lib}"), res) {
-                Some(Res::L(v)) => {
-                    r.handover.insert(lib.into(), v);
+        for (lib, tag, label, timing, poll) in runs {
+            let name = format!("handover/{lib} ({label})");
+            let out = if lib == KLM {
+                let (pairs, rounds) = if timing.is_some() {
+                    (cfg.klm_tuned_pairs, cfg.klm_tuned_rounds)
+                } else {
+                    (cfg.klm_pairs, cfg.klm_rounds)
+                };
+                step(&mut r, &name, klm::handover(&env, &tag, pairs, rounds, competitor_hold, timing)).await
+            } else {
+                step(&mut r, &name, kle::handover(&env, &tag, cfg.kle_pairs, cfg.kle_rounds, competitor_hold, ms(poll)))
+                    .await
+            };
+            if let Some(v) = out {
+                if timing.is_none() && (lib == KLM || poll == default_poll) {
+                    r.handover.insert(lib.into(), v.clone());
                 }
-                Some(Res::F(v)) => {
-                    r.failover.insert(lib.into(), v);
-                }
-                None => {}
+                r.lease_cost.push(LeaseCost { library: lib.into(), config: label, latency: v });
             }
         }
     }
-    if let Some((setup, secs)) = setup {
-        r.wall_s.insert("scale/leasehold setup".into(), secs);
-        if let Some(setup) = record(&mut r, "scale/leasehold setup", Some(setup)) {
-            r.scale =
-                step(&mut r, "scale/leasehold", ours::scale(&env, setup, Duration::from_secs(cfg.scale_idle_s))).await;
+    // The Lease crates' failovers wait for their timers (seconds), not for the API server: they
+    // run side by side with each other.
+    if selected("failover") && (klm_on || kle_on) {
+        eprintln!("[bench] ---- failover/Lease crates, side by side (load {})", loadavg());
+        let t = Instant::now();
+        let (a, b) = tokio::join!(
+            async { if klm_on { Some(klm::failover(&env, cfg.failover_locks).await) } else { None } },
+            async { if kle_on { Some(kle::failover(&env, cfg.failover_locks).await) } else { None } }
+        );
+        r.wall_s.insert("failover/Lease crates, side by side".into(), t.elapsed().as_secs_f64());
+        for (lib, res) in [(KLM, a), (KLE, b)] {
+            if let Some(v) = record(&mut r, &format!("failover/{lib}"), res) {
+                r.failover.insert(lib.into(), v);
+            }
+        }
+    }
+    // Repeats 2.. of Leasehold's headline scenarios (repeat 1 is the main run above).
+    if lib_selected(OURS) && selected("repeats") && cfg.repeats > 1 {
+        let mut rep = results::Repeats {
+            method: format!(
+                "repeat 1 is the main run; repeats 2..{}: handover n={}, failover {} locks, closed-loop throughput {} locks for {} s after {} s warm-up; each in its own namespace with its own operator process, one after the other",
+                cfg.repeats,
+                cfg.handovers,
+                cfg.failover_locks,
+                cfg.throughput_locks,
+                cfg.repeat_throughput_secs,
+                cfg.repeat_throughput_warmup_s
+            ),
+            ..Default::default()
+        };
+        for k in 2..=cfg.repeats {
+            let h = step(
+                &mut r,
+                &format!("repeat {k}/handover"),
+                ours::handover(&env, &format!("handover-r{k}"), cfg.handovers, ms(cfg.hold_ms)),
+            )
+            .await;
+            rep.handover.push(h);
+            let f = step(
+                &mut r,
+                &format!("repeat {k}/failover"),
+                ours::failover(&env, &format!("failover-r{k}"), cfg.failover_locks),
+            )
+            .await;
+            rep.failover.push(f);
+            let t = step(
+                &mut r,
+                &format!("repeat {k}/throughput"),
+                ours::throughput(
+                    &env,
+                    &format!("throughput-r{k}"),
+                    cfg.throughput_locks,
+                    Duration::from_secs(cfg.repeat_throughput_warmup_s),
+                    Duration::from_secs(cfg.repeat_throughput_secs),
+                ),
+            )
+            .await;
+            rep.throughput.push(t);
+        }
+        rep.spread = spread(&r, &rep);
+        r.repeats = Some(rep);
+    }
+    // Scale: the burst (alone: it saturates the API server's writes), the restart, then the same
+    // namespace with held locks and waiters.
+    if lib_selected(OURS) && (selected("scale") || selected("held")) {
+        let budget = Duration::from_secs(cfg.scale_setup_budget_s);
+        let setup =
+            step(&mut r, "scale/leasehold setup", ours::scale_setup(&env, cfg.scale_locks, cfg.scale_batch, budget))
+                .await;
+        if let Some(setup) = setup {
+            let ns = setup.ns();
+            if selected("scale") {
+                r.scale =
+                    step(&mut r, "scale/leasehold", ours::scale(&env, setup, Duration::from_secs(cfg.scale_idle_s)))
+                        .await;
+            }
+            if selected("held") {
+                let sizes = ours::HeldSizes {
+                    pod_holders: cfg.held_pods,
+                    claim_holders: cfg.held_claims,
+                    pod_waiters: cfg.held_waiters,
+                    settle: Duration::from_secs(cfg.held_settle_s),
+                    window: Duration::from_secs(cfg.held_secs),
+                    timeout: Duration::from_secs(600),
+                };
+                if let Some(h) =
+                    step(&mut r, "scale held/leasehold", ours::scale_held(&env, &ns, cfg.scale_locks, sizes)).await
+                {
+                    r.scale.get_or_insert_with(Default::default).held = Some(h);
+                }
+            }
+            env.finished(&ns);
         }
     }
 
     env.delete_finished().await;
     r.machine.insert("load_end".into(), loadavg());
-    r.wall_s.insert("total".into(), started.elapsed().as_secs_f64());
+    let total = started.elapsed().as_secs_f64();
+    r.wall_s.insert("total".into(), total);
     std::fs::write(env.out_dir.join("results.json"), serde_json::to_string_pretty(&r)?)?;
     let png = env.out_dir.join("handover-cdf.png");
     if let Err(e) = report::plot(&r, &png) {
@@ -412,5 +613,38 @@ async fn run() -> anyhow::Result<()> {
     std::fs::write(env.out_dir.join("report.md"), &md)?;
     println!("\n{md}");
     println!("Written: {}/{{report.md,results.json,handover-cdf.png}}", env.out_dir.display());
+    println!("Total wall time: {total:.0} s ({:.1} min)", total / 60.0);
     Ok(())
+}
+
+/// min / median / max of the headline figures over repeat 1 (the main run) and the repeats.
+fn spread(r: &Results, rep: &results::Repeats) -> Vec<results::Spread> {
+    use results::Spread;
+    let nan = f64::NAN;
+    let hs: Vec<Option<&results::Latency>> =
+        std::iter::once(r.handover.get(OURS)).chain(rep.handover.iter().map(Option::as_ref)).collect();
+    let fs: Vec<Option<&results::Failover>> =
+        std::iter::once(r.failover.get(OURS)).chain(rep.failover.iter().map(Option::as_ref)).collect();
+    let ts: Vec<Option<&results::Throughput>> =
+        std::iter::once(r.throughput.as_ref()).chain(rep.throughput.iter().map(Option::as_ref)).collect();
+    vec![
+        Spread::new("voluntary handover p50", "ms", hs.iter().map(|h| h.map_or(nan, |h| h.summary.p50)).collect()),
+        Spread::new("voluntary handover p99", "ms", hs.iter().map(|h| h.map_or(nan, |h| h.summary.p99)).collect()),
+        Spread::new(
+            "failover from the last renewal − lease, p50",
+            "ms",
+            fs.iter().map(|f| f.map_or(nan, |f| f.from_renewal_minus_lease.p50)).collect(),
+        ),
+        Spread::new(
+            "failover from the last renewal − lease, max",
+            "ms",
+            fs.iter().map(|f| f.map_or(nan, |f| f.from_renewal_minus_lease.max)).collect(),
+        ),
+        Spread::new("throughput grants/s", "grants/s", ts.iter().map(|t| t.map_or(nan, |t| t.grants_per_s)).collect()),
+        Spread::new(
+            "throughput writes per grant",
+            "writes",
+            ts.iter().map(|t| t.map_or(nan, |t| t.traffic.writes_per)).collect(),
+        ),
+    ]
 }

@@ -21,7 +21,7 @@ use leasehold::lock::{LOCK_ANNOTATION, SCHEDULING_GATE, TOKEN_ANNOTATION};
 use serde_json::json;
 
 use crate::env::{ApiCounts, Env, OUR_RESOURCES};
-use crate::results::{Failover, Herd, Latency, Scale, Throughput, Traffic};
+use crate::results::{ApiCost, Failover, Herd, Latency, OpenLoop, Scale, ScaleHeld, Throughput, Traffic};
 use crate::stats::{random_below, summarize};
 
 const WAIT: Duration = Duration::from_secs(120);
@@ -75,9 +75,11 @@ enum Mark {
 /// Scenario 1: two clients (separate connection pools, as two processes would have) ping-pong
 /// one lock `n` times. A sample: `release()` called -> the waiter's `acquire()` returns a guard.
 /// The bench also watches the Lease and the claims, to split each handover into phases.
-pub async fn handover(env: &Env, n: usize, hold: Duration) -> anyhow::Result<Latency> {
+/// The API requests of the ping-pong loop are counted (the run is alone on the cluster): the
+/// clients' and the operator's, without the bench's own LISTs of the lock (its status waits).
+pub async fn handover(env: &Env, tag: &str, n: usize, hold: Duration) -> anyhow::Result<Latency> {
     let started = Instant::now();
-    let (ns, mut op) = setup(env, "handover", &["h".into()], json!({})).await?;
+    let (ns, mut op) = setup(env, tag, &["h".into()], json!({})).await?;
     let locks: Api<DistributedLock> = Api::namespaced(env.client.clone(), &ns);
     let marks: Arc<Mutex<Vec<Mark>>> = Arc::default();
     let observer = env.new_client().await?;
@@ -107,6 +109,7 @@ pub async fn handover(env: &Env, n: usize, hold: Duration) -> anyhow::Result<Lat
     let mut guard = holding.acquire(Some(WAIT)).await?;
     let mut samples = Vec::with_capacity(n);
     let mut spans = Vec::with_capacity(n);
+    let (m0, c0) = (env.api_counts().await?, Instant::now());
     for _ in 0..n {
         let w = waiting.clone();
         let task = tokio::spawn(async move {
@@ -123,6 +126,9 @@ pub async fn handover(env: &Env, n: usize, hold: Duration) -> anyhow::Result<Lat
         spans.push((t0, t1, guard.identity().to_string()));
         std::mem::swap(&mut holding, &mut waiting);
     }
+    let counted_s = c0.elapsed().as_secs_f64();
+    let mut delta = env.net(&m0, &env.api_counts().await?, counted_s);
+    delta.0.retain(|(verb, r, _), _| !(verb == "LIST" && r == "distributedlocks"));
     let _ = guard.release().await;
     lease_watch.abort();
     claim_watch.abort();
@@ -139,7 +145,35 @@ pub async fn handover(env: &Env, n: usize, hold: Duration) -> anyhow::Result<Lat
         started.elapsed().as_secs_f64(),
     );
     lat.phases = handover_phases(&marks, &spans);
+    lat.api = Some(api_cost(
+        &delta,
+        &OUR_RESOURCES,
+        lat.samples_ms.len(),
+        2,
+        counted_s,
+        "locks, claims, Leases, Events, pods; both clients and the operator; without the bench's LISTs of the lock (its status waits) and the idle cluster's own traffic",
+    ));
     Ok(lat)
+}
+
+/// [`ApiCost`] of a handover run from its API counts.
+pub fn api_cost(
+    delta: &ApiCounts,
+    resources: &[&str],
+    handovers: usize,
+    contenders: usize,
+    window_s: f64,
+    counted: &str,
+) -> ApiCost {
+    let per_s = window_s.max(1e-9) * contenders.max(1) as f64;
+    ApiCost {
+        contenders,
+        window_s,
+        per_handover: traffic(delta, resources, handovers as f64),
+        requests_per_s_per_contender: delta.requests(resources) / per_s,
+        writes_per_s_per_contender: delta.writes(resources) / per_s,
+        counted: counted.into(),
+    }
 }
 
 /// Splits each handover (t0 release called, t1 acquire returned, waiter identity) at the moments
@@ -289,10 +323,10 @@ fn renew_time(lease: &Lease) -> Option<SystemTime> {
 /// Scenario 3: per lock, a `leasehold lock` CLI process holds it (15 s lease, renewing every 2 s)
 /// and is SIGKILLed (with its command, the whole process group) at a random point of its renewal
 /// cycle; an in-process waiter's `acquire()` returning is the takeover.
-pub async fn failover(env: &Env, locks: usize) -> anyhow::Result<Failover> {
+pub async fn failover(env: &Env, tag: &str, locks: usize) -> anyhow::Result<Failover> {
     let started = Instant::now();
     let names: Vec<String> = (0..locks).map(|i| format!("f-{i}")).collect();
-    let (ns, mut op) = setup(env, "failover", &names, json!({})).await?;
+    let (ns, mut op) = setup(env, tag, &names, json!({})).await?;
     let lease_s = 15.0;
     let client = env.new_client().await?;
     let mut tasks = vec![];
@@ -394,11 +428,18 @@ pub fn traffic(delta: &ApiCounts, resources: &[&str], events: f64) -> Traffic {
 }
 
 /// Scenario 4: `locks` locks, two clients per lock, each looping acquire -> release.
-pub async fn throughput(env: &Env, locks: usize, warmup: Duration, window: Duration) -> anyhow::Result<Throughput> {
+pub async fn throughput(
+    env: &Env,
+    tag: &str,
+    locks: usize,
+    warmup: Duration,
+    window: Duration,
+) -> anyhow::Result<Throughput> {
     let setup_t = Instant::now();
     let names: Vec<String> = (0..locks).map(|i| format!("t-{i}")).collect();
-    let (ns, mut op) = setup(env, "throughput", &names, json!({})).await?;
+    let (ns, mut op) = setup(env, tag, &names, json!({})).await?;
     let setup_s = setup_t.elapsed().as_secs_f64();
+    let before = env.server_snapshot().await?;
     let clients = [env.new_client().await?, env.new_client().await?];
     let stop = Arc::new(AtomicBool::new(false));
     let grants = Arc::new(AtomicU64::new(0));
@@ -439,8 +480,9 @@ pub async fn throughput(env: &Env, locks: usize, warmup: Duration, window: Durat
     tokio::time::sleep(warmup).await;
     let conflicts = "leasehold_conflicts_total";
     in_window.store(true, Ordering::Relaxed);
+    let s0 = env.server_snapshot().await?;
     let (m0, g0, og0, oc0, cpu0, t0) = (
-        env.api_counts().await?,
+        s0.api.clone(),
         grants.load(Ordering::Relaxed),
         op.metric("leasehold_grants_total").await,
         op.metric(conflicts).await,
@@ -448,8 +490,9 @@ pub async fn throughput(env: &Env, locks: usize, warmup: Duration, window: Durat
         Instant::now(),
     );
     tokio::time::sleep(window).await;
+    let s1 = env.server_snapshot().await?;
     let (m1, g1, og1, oc1, cpu1) = (
-        env.api_counts().await?,
+        s1.api.clone(),
         grants.load(Ordering::Relaxed),
         op.metric("leasehold_grants_total").await,
         op.metric(conflicts).await,
@@ -480,6 +523,126 @@ pub async fn throughput(env: &Env, locks: usize, warmup: Duration, window: Durat
         operator_cpu_cores: cpu0.zip(cpu1).map(|(a, b)| (b - a) / window_s).unwrap_or(f64::NAN),
         errors: errors.load(Ordering::Relaxed),
         setup_s,
+        load: Some(env.server_load(&s0, &s1, Some(&before))),
+    })
+}
+
+/// One open-loop cycle, as recorded.
+struct Cycle {
+    /// When it arrived (acquire() called).
+    arrived: Instant,
+    /// When acquire() returned a guard.
+    granted: Option<Instant>,
+    /// The error, if acquire() or release() failed.
+    error: Option<String>,
+}
+
+/// Scenario 4b: open loop below saturation. A fresh namespace with `locks` locks; one
+/// acquire/hold/release cycle arrives every 1/`rate` s on the next lock round-robin (so its lock
+/// is free), each on its own task, whether or not the earlier ones finished (two clients,
+/// alternating). After `warmup`, a `window` is measured: achieved grants/s, grant latency
+/// (acquire() called -> returned) of the arrivals in the window, client errors by kind, API
+/// and etcd write rates, 5xx answers and open watches.
+pub async fn throughput_open(
+    env: &Env,
+    locks: usize,
+    rate: f64,
+    offered_from: String,
+    hold: Duration,
+    warmup: Duration,
+    window: Duration,
+) -> anyhow::Result<OpenLoop> {
+    if !(rate.is_finite() && rate > 0.0) {
+        bail!("open loop: no offered rate ({rate})");
+    }
+    let names: Vec<String> = (0..locks).map(|i| format!("o-{i}")).collect();
+    let (ns, mut op) = setup(env, "open-loop", &names, json!({})).await?;
+    let before = env.server_snapshot().await?;
+    let clients = [env.new_client().await?, env.new_client().await?];
+    let cycles: Arc<Mutex<Vec<Cycle>>> = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let (in_flight, max_in_flight) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let arrivals = {
+        let (cycles, stop, ns) = (cycles.clone(), stop.clone(), ns.clone());
+        let (in_flight, max_in_flight) = (in_flight.clone(), max_in_flight.clone());
+        tokio::spawn(async move {
+            // Burst: a late tick is made up at once, so the arrival rate stays the offered one.
+            let mut ticks = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
+            let mut k = 0usize;
+            while !stop.load(Ordering::Relaxed) {
+                ticks.tick().await;
+                let h = Holder::new(clients[k % 2].clone(), &ns, &names[k % names.len()], &format!("open-{k}"));
+                let (cycles, in_flight, max_in_flight) = (cycles.clone(), in_flight.clone(), max_in_flight.clone());
+                let now = in_flight.fetch_add(1, Ordering::Relaxed) + 1;
+                max_in_flight.fetch_max(now, Ordering::Relaxed);
+                tokio::spawn(async move {
+                    let arrived = Instant::now();
+                    let mut c = Cycle { arrived, granted: None, error: None };
+                    match h.acquire(Some(WAIT)).await {
+                        Ok(g) => {
+                            c.granted = Some(Instant::now());
+                            tokio::time::sleep(hold).await;
+                            if let Err(e) = g.release().await {
+                                c.error = Some(format!("release: {}", error_kind(&e)));
+                            }
+                        }
+                        Err(e) => c.error = Some(format!("acquire: {}", error_kind(&e))),
+                    }
+                    cycles.lock().unwrap_or_else(|e| e.into_inner()).push(c);
+                    in_flight.fetch_sub(1, Ordering::Relaxed);
+                });
+                k += 1;
+            }
+        })
+    };
+    tokio::time::sleep(warmup).await;
+    max_in_flight.store(in_flight.load(Ordering::Relaxed), Ordering::Relaxed);
+    let (s0, cpu0, t0) = (env.server_snapshot().await?, op.cpu_seconds(), Instant::now());
+    tokio::time::sleep(window).await;
+    let (s1, cpu1, t1) = (env.server_snapshot().await?, op.cpu_seconds(), Instant::now());
+    stop.store(true, Ordering::Relaxed);
+    let _ = arrivals.await;
+    // Let the cycles of the window finish (each is bounded by acquire()'s 120 s wait).
+    let drain = Instant::now();
+    while in_flight.load(Ordering::Relaxed) > 0 && drain.elapsed() < WAIT + Duration::from_secs(10) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let unfinished = in_flight.load(Ordering::Relaxed);
+    op.kill();
+    env.finished(&ns);
+    let window_s = t1.duration_since(t0).as_secs_f64();
+    let cycles = std::mem::take(&mut *cycles.lock().unwrap_or_else(|e| e.into_inner()));
+    let in_window = |t: Instant| t >= t0 && t < t1;
+    let arrived: Vec<&Cycle> = cycles.iter().filter(|c| in_window(c.arrived)).collect();
+    let grants = cycles.iter().filter(|c| c.granted.is_some_and(in_window)).count() as u64;
+    let samples: Vec<f64> = arrived.iter().filter_map(|c| c.granted.map(|g| ms(g.duration_since(c.arrived)))).collect();
+    let mut errors_in_window = std::collections::BTreeMap::new();
+    for c in &arrived {
+        if let Some(e) = &c.error {
+            *errors_in_window.entry(e.clone()).or_insert(0) += 1;
+        }
+    }
+    if unfinished > 0 {
+        errors_in_window.insert("unfinished 130 s after the window".into(), unfinished);
+    }
+    let net = env.net(&s0.api, &s1.api, window_s);
+    Ok(OpenLoop {
+        locks,
+        offered_per_s: rate,
+        offered_from,
+        hold_ms: hold.as_millis() as u64,
+        window_s,
+        arrivals: arrived.len() as u64,
+        grants,
+        grants_per_s: grants as f64 / window_s,
+        grant_latency: summarize(&samples),
+        samples_ms: samples,
+        unfinished,
+        max_in_flight: max_in_flight.load(Ordering::Relaxed),
+        errors_in_window,
+        traffic: traffic(&net, &OUR_RESOURCES, grants as f64),
+        operator_cpu_cores: cpu0.zip(cpu1).map(|(a, b)| (b - a) / window_s).unwrap_or(f64::NAN),
+        load: env.server_load(&s0, &s1, Some(&before)),
     })
 }
 
@@ -855,6 +1018,7 @@ pub async fn scale(env: &Env, setup: ScaleSetup, idle: Duration) -> anyhow::Resu
         burst_throttled: burst.as_ref().map(|b| b.throttled),
         burst_warning_events: burst.as_ref().map(|b| b.warning_events),
         burst_operator_cpu_s: burst.as_ref().map(|b| b.cpu_s),
+        held: None,
     })
 }
 
@@ -873,4 +1037,196 @@ async fn wait_settled(env: &Env, resources: &[&str], timeout: Duration) -> anyho
         last_busy = Instant::now();
         last = now;
     }
+}
+
+impl ScaleSetup {
+    /// The namespace with the locks.
+    pub fn ns(&self) -> String {
+        self.ns.clone()
+    }
+}
+
+/// Polls until `ok` holds (every 500 ms); a timeout is an error naming `what` and the last value.
+async fn wait_until<F, Fut>(what: &str, timeout: Duration, mut ok: F) -> anyhow::Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<(bool, String)>>,
+{
+    let t = Instant::now();
+    loop {
+        let (done, state) = ok().await?;
+        if done {
+            return Ok(());
+        }
+        if t.elapsed() > timeout {
+            bail!("{what}: not reached after {timeout:?} ({state})");
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Sizes of [`scale_held`].
+pub struct HeldSizes {
+    pub pod_holders: usize,
+    pub claim_holders: usize,
+    pub pod_waiters: usize,
+    pub settle: Duration,
+    pub window: Duration,
+    pub timeout: Duration,
+}
+
+/// Scenario 6b: in the scale namespace (every lock in service, no operator running), a new
+/// operator; `pod_holders` locks taken by gated pods that kwok runs (one pod per lock, running an
+/// hour), `claim_holders` further locks by `Holder::acquire()` guards with default timings that
+/// keep renewing, and `pod_waiters` gated pods queued behind pod-held locks. Once all are in place
+/// and `settle` has passed, a steady `window`: operator RSS, CPU, reconciles/s, API and etcd
+/// write rates, open watches.
+pub async fn scale_held(env: &Env, ns: &str, locks: usize, z: HeldSizes) -> anyhow::Result<ScaleHeld> {
+    if z.pod_holders + z.claim_holders > locks || z.pod_waiters > z.pod_holders {
+        bail!(
+            "scale held: {} pod + {} claim holders, {} waiters do not fit {locks} locks",
+            z.pod_holders,
+            z.claim_holders,
+            z.pod_waiters
+        );
+    }
+    let lock = |i: usize| format!("s-{i:05}");
+    let (pod_holders, claim_holders, pod_waiters) = (z.pod_holders, z.claim_holders, z.pod_waiters);
+    let before = env.server_snapshot().await?;
+    let t = Instant::now();
+    let mut op = env.start_operator(ns, "scale-held")?;
+    op.wait_ready(t, Duration::from_secs(300)).await?;
+    let pods: Api<Pod> = Api::namespaced(env.client.clone(), ns);
+    let create_pods = |names: Vec<(String, String)>| {
+        let pods = pods.clone();
+        async move {
+            let results: Vec<anyhow::Result<()>> = futures::stream::iter(names)
+                .map(|(name, lock)| {
+                    let pods = pods.clone();
+                    async move {
+                        pods.create(&PostParams::default(), &gated_pod(&name, &lock, "1h")?).await?;
+                        Ok(())
+                    }
+                })
+                .buffer_unordered(32)
+                .collect()
+                .await;
+            results.into_iter().collect::<anyhow::Result<Vec<()>>>()
+        }
+    };
+    create_pods((0..z.pod_holders).map(|i| (format!("holder-{i:05}"), lock(i))).collect()).await?;
+    let held_metric = "leasehold_locks_held";
+    let (opr, podsr) = (&op, &pods);
+    wait_until("pod holders granted", z.timeout, || async move {
+        let held = opr.metric(held_metric).await;
+        Ok((held >= pod_holders as f64, format!("{held} locks held")))
+    })
+    .await?;
+    // Waiters behind pod-held locks, and renewing claims on other locks.
+    create_pods((0..z.pod_waiters).map(|i| (format!("waiter-{i:05}"), lock(i))).collect()).await?;
+    let clients = [env.new_client().await?, env.new_client().await?, env.new_client().await?, env.new_client().await?];
+    let guards: Vec<leasehold::holder::LockGuard> = futures::stream::iter(0..z.claim_holders)
+        .map(|i| {
+            let h = Holder::new(clients[i % 4].clone(), ns, &lock(z.pod_holders + i), &format!("renewer-{i}"));
+            async move { h.acquire(Some(WAIT)).await }
+        })
+        .buffer_unordered(32)
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .collect::<Result<_, _>>()?;
+    wait_until("every holder and waiter in place", z.timeout, || async move {
+        let held = opr.metric(held_metric).await;
+        let waiting = opr.metric("leasehold_waiters").await;
+        let running = count_running(podsr).await?;
+        Ok((
+            held >= (pod_holders + claim_holders) as f64 && waiting >= pod_waiters as f64 && running >= pod_holders,
+            format!("{held} locks held, {waiting} waiters, {running} pods Running"),
+        ))
+    })
+    .await?;
+    let setup_s = t.elapsed().as_secs_f64();
+    eprintln!("[bench] scale held: every holder and waiter in place after {setup_s:.1} s; settling {:?}", z.settle);
+    tokio::time::sleep(z.settle).await;
+    let pods_running = count_running(&pods).await?;
+    let (locks_held_metric, waiters_metric) = (op.metric(held_metric).await, op.metric("leasehold_waiters").await);
+    let reconciles = "leasehold_reconcile_duration_seconds_count";
+    let errors = "leasehold_reconcile_errors_total";
+    let conflicts = "leasehold_conflicts_total";
+    let grants = "leasehold_grants_total";
+    let rss_start = op.memory_kib().map_or(0, |m| m.0);
+    let (s0, cpu0, r0, e0, c0, g0) = (
+        env.server_snapshot().await?,
+        op.cpu_seconds(),
+        op.metric(reconciles).await,
+        op.metric(errors).await,
+        op.metric(conflicts).await,
+        op.metric(grants).await,
+    );
+    let mut rss_max = rss_start;
+    let end = Instant::now() + z.window;
+    while Instant::now() < end {
+        tokio::time::sleep(Duration::from_secs(1).min(end.saturating_duration_since(Instant::now()))).await;
+        rss_max = rss_max.max(op.memory_kib().map_or(0, |m| m.0));
+    }
+    let (s1, cpu1, r1, e1, c1, g1) = (
+        env.server_snapshot().await?,
+        op.cpu_seconds(),
+        op.metric(reconciles).await,
+        op.metric(errors).await,
+        op.metric(conflicts).await,
+        op.metric(grants).await,
+    );
+    let (rss_end, hwm) = op.memory_kib().unwrap_or((0, 0));
+    let claims_lost = guards.iter().filter(|g| g.is_lost()).count();
+    let window_s = s1.at.duration_since(s0.at).as_secs_f64();
+    let net = env.net(&s0.api, &s1.api, window_s);
+    let writes_breakdown_per_s = net
+        .breakdown(&OUR_RESOURCES)
+        .into_iter()
+        .filter(|(k, _)| crate::env::WRITE_VERBS.iter().any(|v| k.split(' ').nth(1) == Some(*v)))
+        .map(|(k, v)| (k, v / window_s))
+        .collect();
+    // Release the claims (the namespace, pods included, is deleted at the end of the run).
+    futures::stream::iter(guards)
+        .for_each_concurrent(32, |g| async move {
+            let _ = g.release().await;
+        })
+        .await;
+    op.kill();
+    let mib = |k: u64| k as f64 / 1024.0;
+    Ok(ScaleHeld {
+        locks,
+        pod_holders: z.pod_holders,
+        claim_holders: z.claim_holders,
+        pod_waiters: z.pod_waiters,
+        setup_s,
+        pods_running,
+        locks_held_metric,
+        waiters_metric,
+        window_s,
+        rss_start_mib: mib(rss_start),
+        rss_end_mib: mib(rss_end),
+        rss_window_max_mib: mib(rss_max.max(rss_end)),
+        rss_peak_mib: mib(hwm),
+        operator_cpu_cores: cpu0.zip(cpu1).map(|(a, b)| (b - a) / window_s).unwrap_or(f64::NAN),
+        reconciles_per_s: (r1 - r0) / window_s,
+        reconcile_errors: e1 - e0,
+        grants: g1 - g0,
+        operator_conflicts: c1 - c0,
+        claims_lost,
+        load: env.server_load(&s0, &s1, Some(&before)),
+        writes_breakdown_per_s,
+    })
+}
+
+/// Pods Running and not gated in the namespace.
+async fn count_running(pods: &Api<Pod>) -> anyhow::Result<usize> {
+    Ok(pods
+        .list(&kube::api::ListParams::default())
+        .await?
+        .items
+        .iter()
+        .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+        .count())
 }

@@ -170,7 +170,7 @@ pub fn markdown(r: &Results) -> String {
     if let Some(t) = &r.throughput {
         let _ = writeln!(
             o,
-            "| 4 | throughput ({} locks × {} clients ping-pong, {:.0} s) | grants/s | {:.1} | n/a | n/a | | |",
+            "| 4 | throughput, closed loop: the saturation point ({} locks × {} clients ping-pong, {:.0} s) | grants/s | {:.1} | n/a | n/a | | |",
             t.locks, t.clients_per_lock, t.window_s, t.grants_per_s
         );
         let _ = writeln!(
@@ -206,6 +206,21 @@ pub fn markdown(r: &Results) -> String {
             o,
             "| 4 | | client errors in the window, by kind | {errors} | | | 0 | {} |",
             if t.errors_in_window.is_empty() { "met" } else { "**missed**" }
+        );
+    }
+    if let Some(t) = &r.throughput_open {
+        let _ = writeln!(
+            o,
+            "| 4b | throughput below saturation, open loop ({:.1} cycles/s offered, {:.0} s) | grants/s; grant latency p50 / p99; 5xx; client errors; writes per grant | {:.1}; {} / {}; {:.0}; {}; {:.1} | n/a | n/a | no 5xx, no client errors | {} |",
+            t.offered_per_s,
+            t.window_s,
+            t.grants_per_s,
+            fmt_ms(t.grant_latency.p50),
+            fmt_ms(t.grant_latency.p99),
+            z(t.load.server_errors),
+            t.errors_in_window.values().sum::<u64>(),
+            z(t.traffic.writes_per),
+            if t.load.server_errors == 0.0 && t.errors_in_window.is_empty() { "met" } else { "**missed**" }
         );
     }
     // 5
@@ -245,7 +260,7 @@ pub fn markdown(r: &Results) -> String {
         );
     }
     // 6
-    if let Some(s) = &r.scale {
+    if let Some(s) = r.scale.as_ref().filter(|s| s.locks > 0) {
         let _ = writeln!(
             o,
             "| 6 | scale ({} idle locks) | operator RSS: ready / settled / peak | {:.1} / {:.1} / {:.1} MiB | n/a | n/a | ≤ 64 MiB | {} |",
@@ -310,7 +325,24 @@ pub fn markdown(r: &Results) -> String {
             s.cold_writes_per_lock
         );
     }
+    if let Some(h) = r.scale.as_ref().and_then(|s| s.held.as_ref()) {
+        let _ = writeln!(
+            o,
+            "| 6 | held: {} locks, {} held by pods, {} by renewing claims, {} pods waiting ({:.0} s window) | operator RSS end / peak; CPU; reconciles/s; API writes/s (Leasehold's) | {:.1} / {:.1} MiB; {} cores; {}; {} | n/a | n/a | no reconcile storm | |",
+            h.locks,
+            h.pod_holders,
+            h.claim_holders,
+            h.pod_waiters,
+            h.window_s,
+            h.rss_end_mib,
+            h.rss_peak_mib,
+            num(h.operator_cpu_cores, 3),
+            num(h.reconciles_per_s, 2),
+            num(h.load.api_writes_per_s_leasehold, 1)
+        );
+    }
     let _ = writeln!(o);
+    extra_tables(&mut o, r);
     if let Some(t) = &r.throughput {
         let _ = writeln!(
             o,
@@ -330,7 +362,7 @@ pub fn markdown(r: &Results) -> String {
             x.method
         );
     }
-    if let Some(s) = &r.scale {
+    if let Some(s) = r.scale.as_ref().filter(|s| s.locks > 0) {
         let _ = writeln!(
             o,
             "Scale: cold start writes per lock: {}. Idle window writes/s: {}.\n",
@@ -376,6 +408,242 @@ pub fn markdown(r: &Results) -> String {
         r.wall_s.iter().map(|(k, v)| format!("{k} {v:.0} s")).collect::<Vec<_>>().join(", ")
     );
     o
+}
+
+fn num(v: f64, digits: usize) -> String {
+    if v.is_finite() { format!("{:.*}", digits, z(v)) } else { "–".into() }
+}
+
+fn watches(w: &crate::env::Watches) -> String {
+    match w.registered_watchers {
+        Some(r) => format!("{:.0} (registered watchers {:.0})", w.longrunning_watch, r),
+        None => format!("{:.0}", w.longrunning_watch),
+    }
+}
+
+fn rates(m: &std::collections::BTreeMap<String, f64>) -> String {
+    let v: Vec<String> = m.iter().filter(|(_, v)| **v >= 0.05).map(|(k, v)| format!("{k} {v:.1}")).collect();
+    if v.is_empty() { "none".into() } else { v.join(", ") }
+}
+
+/// One column of the servers' load.
+fn load_rows(l: &crate::env::ServerLoad) -> Vec<(&'static str, String)> {
+    vec![
+        (
+            "API writes/s: all resources / Leasehold's (net of the idle cluster)",
+            format!("{} / {}", num(l.api_writes_per_s, 1), num(l.api_writes_per_s_leasehold, 1)),
+        ),
+        ("API requests/s (not WATCH, net)", num(l.api_requests_per_s, 1)),
+        ("5xx / 429 answers in the window", format!("{:.0} / {:.0}", z(l.server_errors), z(l.throttled))),
+        ("API server → etcd requests/s by operation (etcd_request_duration_seconds_count)", rates(&l.etcd_requests_per_s)),
+        (
+            "etcd's own ops/s (etcd_mvcc_*_total)",
+            l.etcd_mvcc_per_s.as_ref().map_or("etcd /metrics not reachable".into(), rates),
+        ),
+        (
+            "open WATCHes (apiserver_longrunning_requests): before the load / window start / end",
+            format!(
+                "{} / {} / {}",
+                l.watches_before.as_ref().map_or("–".into(), watches),
+                watches(&l.watches_start),
+                watches(&l.watches_end)
+            ),
+        ),
+    ]
+}
+
+/// The tables of the latency vs API cost comparison, throughput below saturation, scale with
+/// held locks and the repeats.
+fn extra_tables(o: &mut String, r: &Results) {
+    if !r.lease_cost.is_empty() {
+        let _ = writeln!(
+            o,
+            "**Latency vs API cost** (voluntary handover; each configuration alone on the cluster, \
+             requests from apiserver_request_total, net of the idle cluster's own traffic):\n"
+        );
+        let _ = writeln!(
+            o,
+            "| library | configuration | handovers (errors) | p50 | p99 | requests / writes per handover | requests / writes per s per contender | contenders, window |"
+        );
+        let _ = writeln!(o, "|---|---|---|---|---|---|---|---|");
+        for row in &r.lease_cost {
+            let l = &row.latency;
+            let (per_h, per_s, who) = match &l.api {
+                Some(a) => (
+                    format!("{} / {}", num(a.per_handover.requests_per, 1), num(a.per_handover.writes_per, 1)),
+                    format!("{} / {}", num(a.requests_per_s_per_contender, 3), num(a.writes_per_s_per_contender, 3)),
+                    format!("{}, {:.0} s", a.contenders, a.window_s),
+                ),
+                None => ("–".into(), "–".into(), "–".into()),
+            };
+            let _ = writeln!(
+                o,
+                "| {} | {} | {} ({}) | {} | {} | {per_h} | {per_s} | {who} |",
+                row.library,
+                row.config,
+                l.summary.n,
+                l.errors,
+                fmt_ms(l.summary.p50),
+                fmt_ms(l.summary.p99)
+            );
+        }
+        let _ = writeln!(
+            o,
+            "\nLeasehold's row counts both clients and the operator (locks, claims, Leases, Events); its \
+             per-second figure is for a lock handed over back to back, the crates' for locks handed over \
+             every hold + wait. The crates' rows count Leases only.\n"
+        );
+    }
+    if r.throughput.is_some() || r.throughput_open.is_some() {
+        let _ = writeln!(o, "**Throughput: the saturation point (closed loop) and below it (open loop):**\n");
+        let closed = r.throughput.as_ref();
+        let open = r.throughput_open.as_ref();
+        let _ = writeln!(o, "| | closed loop (saturation point) | open loop |");
+        let _ = writeln!(o, "|---|---|---|");
+        let c = |f: &dyn Fn(&crate::results::Throughput) -> String| closed.map_or("not run".into(), f);
+        let op = |f: &dyn Fn(&crate::results::OpenLoop) -> String| open.map_or("not run".into(), f);
+        let _ = writeln!(
+            o,
+            "| load | {} | {} |",
+            c(&|t| format!("{} locks × {} clients ping-pong, {:.0} s", t.locks, t.clients_per_lock, t.window_s)),
+            op(&|t| format!(
+                "{:.1} cycles/s offered ({}), {} locks round-robin, hold {} ms, {:.0} s",
+                t.offered_per_s, t.offered_from, t.locks, t.hold_ms, t.window_s
+            ))
+        );
+        let _ = writeln!(
+            o,
+            "| grants/s | {} | {} |",
+            c(&|t| num(t.grants_per_s, 1)),
+            op(&|t| format!(
+                "{} ({} of {} arrivals in the window granted)",
+                num(t.grants_per_s, 1),
+                t.grants,
+                t.arrivals
+            ))
+        );
+        let _ = writeln!(
+            o,
+            "| grant latency, acquire() called → returned: p50 / p99 / max | not measured (closed loop) | {} |",
+            op(&|t| lat(&t.grant_latency))
+        );
+        let _ = writeln!(
+            o,
+            "| writes / requests per grant | {} | {} |",
+            c(&|t| format!("{} / {}", num(t.traffic.writes_per, 1), num(t.traffic.requests_per, 1))),
+            op(&|t| format!("{} / {}", num(t.traffic.writes_per, 1), num(t.traffic.requests_per, 1)))
+        );
+        let errs = |m: &std::collections::BTreeMap<String, u64>| {
+            if m.is_empty() {
+                "none".to_string()
+            } else {
+                m.iter().map(|(k, v)| format!("{k}: {v}")).collect::<Vec<_>>().join(", ")
+            }
+        };
+        let _ = writeln!(
+            o,
+            "| client errors in the window, by kind | {} | {} |",
+            c(&|t| errs(&t.errors_in_window)),
+            op(&|t| format!("{}; most cycles in flight: {}", errs(&t.errors_in_window), t.max_in_flight))
+        );
+        let _ = writeln!(
+            o,
+            "| operator CPU (cores) | {} | {} |",
+            c(&|t| num(t.operator_cpu_cores, 2)),
+            op(&|t| num(t.operator_cpu_cores, 2))
+        );
+        let cl = closed.and_then(|t| t.load.as_ref()).map(load_rows);
+        let ol = open.map(|t| load_rows(&t.load));
+        let n = cl.as_ref().or(ol.as_ref()).map_or(0, Vec::len);
+        for i in 0..n {
+            let name = cl.as_ref().or(ol.as_ref()).map_or("", |v| v[i].0);
+            let _ = writeln!(
+                o,
+                "| {name} | {} | {} |",
+                cl.as_ref().map_or("–".into(), |v| v[i].1.clone()),
+                ol.as_ref().map_or("–".into(), |v| v[i].1.clone())
+            );
+        }
+        if let Some(t) = open {
+            let verdict = if t.load.server_errors == 0.0 { "0 5xx: met" } else { "5xx answers: **missed**" };
+            let _ = writeln!(o, "\nOpen loop: {verdict} (target: no 5xx below saturation).\n");
+        } else {
+            let _ = writeln!(o);
+        }
+    }
+    if let Some(h) = r.scale.as_ref().and_then(|s| s.held.as_ref()) {
+        let _ = writeln!(
+            o,
+            "**Scale with held locks** ({} locks; {} held by running pods, {} by renewing claims (Holder::acquire, default timings), {} pods queued behind held locks; {:.0} s steady window after {:.1} s setup):\n",
+            h.locks, h.pod_holders, h.claim_holders, h.pod_waiters, h.window_s, h.setup_s
+        );
+        let _ = writeln!(o, "| metric | Leasehold |");
+        let _ = writeln!(o, "|---|---|");
+        let mut row = |k: &str, v: String| {
+            let _ = writeln!(o, "| {k} | {v} |");
+        };
+        row(
+            "in place at the window's start: pods Running; operator's locks held / waiters",
+            format!("{}; {:.0} / {:.0}", h.pods_running, h.locks_held_metric, h.waiters_metric),
+        );
+        row(
+            "operator RSS: window start / end / max in window; peak since start (VmHWM)",
+            format!(
+                "{:.1} / {:.1} / {:.1} MiB; {:.1} MiB",
+                h.rss_start_mib, h.rss_end_mib, h.rss_window_max_mib, h.rss_peak_mib
+            ),
+        );
+        row("operator CPU (cores)", num(h.operator_cpu_cores, 3));
+        row(
+            "lock reconciles/s; failed reconciles, grants, operator Lease 409s in the window",
+            format!(
+                "{}; {:.0}, {:.0}, {:.0}",
+                num(h.reconciles_per_s, 2),
+                z(h.reconcile_errors),
+                z(h.grants),
+                z(h.operator_conflicts)
+            ),
+        );
+        row("claims that lost their lock in the window", h.claims_lost.to_string());
+        for (k, v) in load_rows(&h.load) {
+            row(k, v);
+        }
+        row(
+            "writes/s by resource and verb (net)",
+            if h.writes_breakdown_per_s.is_empty() {
+                "none".into()
+            } else {
+                h.writes_breakdown_per_s.iter().map(|(k, v)| format!("{k} {v:.2}")).collect::<Vec<_>>().join(", ")
+            },
+        );
+        let _ = writeln!(o);
+    }
+    if let Some(rep) = &r.repeats {
+        let runs = rep.spread.iter().map(|s| s.values.len()).max().unwrap_or(0);
+        let _ = writeln!(o, "**Repeats** ({}):\n", rep.method);
+        let head: Vec<String> = (1..=runs).map(|i| format!("run {i}")).collect();
+        let _ = writeln!(o, "| figure | {} | min | median | max |", head.join(" | "));
+        let _ = writeln!(o, "|---|{}---|---|---|", "---|".repeat(runs));
+        for s in &rep.spread {
+            let f = |v: f64| match s.unit.as_str() {
+                "ms" if s.name.starts_with("failover") => signed_ms(v),
+                "ms" => fmt_ms(v),
+                _ => num(v, 1),
+            };
+            let vals: Vec<String> = s.values.iter().map(|v| f(*v)).collect();
+            let _ = writeln!(
+                o,
+                "| {} ({}) | {} | {} | {} | {} |",
+                s.name,
+                s.unit,
+                vals.join(" | "),
+                f(s.min),
+                f(s.median),
+                f(s.max)
+            );
+        }
+        let _ = writeln!(o);
+    }
 }
 
 /// Empirical CDFs of the handover latencies (log x axis) as a PNG. Needs a TrueType font for the

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use crate::env::ServerLoad;
 use crate::stats::{Summary, summarize};
 
 /// Library names used as keys.
@@ -28,6 +29,38 @@ pub struct Latency {
     pub elapsed_s: f64,
     /// Where the time goes, phase by phase (as seen by the bench's own watches), if measured.
     pub phases: Vec<(String, Summary)>,
+    /// API requests of the run, from `apiserver_request_total` (counted when the run was alone
+    /// on the cluster), if measured.
+    pub api: Option<ApiCost>,
+}
+
+/// API cost of a handover run: per handover and per second per contender.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ApiCost {
+    /// Candidates (processes that hold or wait) in the run.
+    pub contenders: usize,
+    /// The counted window, seconds.
+    pub window_s: f64,
+    /// Per handover (requests, writes, 409s, breakdown by resource and verb).
+    pub per_handover: Traffic,
+    /// Requests (not WATCH) per second per contender.
+    pub requests_per_s_per_contender: f64,
+    /// Writes per second per contender.
+    pub writes_per_s_per_contender: f64,
+    /// What was counted (resources; what was left out).
+    pub counted: String,
+}
+
+/// One row of the latency vs API cost table: a library in one configuration, voluntary
+/// handover latency and what it costs the API server.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct LeaseCost {
+    /// Library.
+    pub library: String,
+    /// Its configuration ("defaults: lease 30 s, grace 5 s", "poll 1 s, ttl 15 s", ...).
+    pub config: String,
+    /// The handover run (samples, summary, `api` filled in).
+    pub latency: Latency,
 }
 
 impl Latency {
@@ -40,6 +73,7 @@ impl Latency {
             errors,
             elapsed_s,
             phases: vec![],
+            api: None,
         }
     }
 }
@@ -134,6 +168,130 @@ pub struct Throughput {
     pub writes_per_operator_grant: f64,
     /// Time to create the locks and for the operator to create their Leases, seconds.
     pub setup_s: f64,
+    /// The servers in the window (API and etcd write rates, watches before and during).
+    pub load: Option<ServerLoad>,
+}
+
+/// Scenario 4b: open loop below saturation. Acquire/hold/release cycles arrive at a fixed rate
+/// (one every 1/rate s, each on the next lock round-robin, so a lock is free when its turn comes),
+/// whatever the earlier ones are doing.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct OpenLoop {
+    /// Locks.
+    pub locks: usize,
+    /// Offered arrivals per second.
+    pub offered_per_s: f64,
+    /// Where the offered rate came from.
+    pub offered_from: String,
+    /// Hold time of each cycle, ms.
+    pub hold_ms: u64,
+    /// Measured window, seconds.
+    pub window_s: f64,
+    /// Arrivals in the window.
+    pub arrivals: u64,
+    /// acquire() calls that returned a guard inside the window.
+    pub grants: u64,
+    /// `grants / window_s`.
+    pub grants_per_s: f64,
+    /// acquire() called -> returned, for arrivals in the window that got the lock.
+    pub grant_latency: Summary,
+    /// Every sample, ms.
+    pub samples_ms: Vec<f64>,
+    /// Cycles that had not finished 120 s after the window (counted as errors too).
+    pub unfinished: u64,
+    /// Most cycles in flight at once.
+    pub max_in_flight: u64,
+    /// Client errors of arrivals in the window, by kind.
+    pub errors_in_window: BTreeMap<String, u64>,
+    /// API traffic per grant (all clients and the operator, net of the idle cluster's traffic).
+    pub traffic: Traffic,
+    /// Operator CPU seconds per second of the window.
+    pub operator_cpu_cores: f64,
+    /// The servers in the window.
+    pub load: ServerLoad,
+}
+
+/// Scenario 6b: the scale namespace's locks with holders and waiters, in a steady window.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ScaleHeld {
+    /// Locks in the namespace.
+    pub locks: usize,
+    /// Locks held by running pods (gated pods the operator ungated; kwok runs them).
+    pub pod_holders: usize,
+    /// Locks held by `Holder::acquire()` guards with default timings, renewing.
+    pub claim_holders: usize,
+    /// Gated pods queued behind pod-held locks.
+    pub pod_waiters: usize,
+    /// Operator start to every holder and waiter in place, seconds.
+    pub setup_s: f64,
+    /// Pods Running when the window started.
+    pub pods_running: usize,
+    /// The operator's `leasehold_locks_held` / `leasehold_waiters` when the window started.
+    pub locks_held_metric: f64,
+    pub waiters_metric: f64,
+    /// The steady window, seconds.
+    pub window_s: f64,
+    /// Operator RSS at the window's start / end, largest seen in the window, and VmHWM since its
+    /// start (setup included), MiB.
+    pub rss_start_mib: f64,
+    pub rss_end_mib: f64,
+    pub rss_window_max_mib: f64,
+    pub rss_peak_mib: f64,
+    /// Operator CPU seconds per second of the window.
+    pub operator_cpu_cores: f64,
+    /// Lock reconciles per second (`leasehold_reconcile_duration_seconds_count`).
+    pub reconciles_per_s: f64,
+    /// Failed reconciles, grants and Lease 409s the operator counted in the window.
+    pub reconcile_errors: f64,
+    pub grants: f64,
+    pub operator_conflicts: f64,
+    /// Claim holders that lost their lock in the window.
+    pub claims_lost: usize,
+    /// The servers in the window.
+    pub load: ServerLoad,
+    /// Writes per second in the window by resource and verb (net of the idle cluster's).
+    pub writes_breakdown_per_s: Vec<(String, f64)>,
+}
+
+/// One headline figure over the repeats.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Spread {
+    /// Figure.
+    pub name: String,
+    /// Unit.
+    pub unit: String,
+    /// One value per repeat, in run order (repeat 1 is the main run).
+    pub values: Vec<f64>,
+    pub min: f64,
+    pub median: f64,
+    pub max: f64,
+}
+
+impl Spread {
+    /// From the values (NaN for a repeat that failed; left out of min/median/max).
+    pub fn new(name: &str, unit: &str, values: Vec<f64>) -> Spread {
+        let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
+        v.sort_by(f64::total_cmp);
+        let (min, median, max) = if v.is_empty() {
+            (f64::NAN, f64::NAN, f64::NAN)
+        } else {
+            (v[0], crate::stats::percentile(&v, 0.5), v[v.len() - 1])
+        };
+        Spread { name: name.into(), unit: unit.into(), values, min, median, max }
+    }
+}
+
+/// Repeats 2 and 3 of the headline scenarios (repeat 1 is the main run) and the spread.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Repeats {
+    /// Sizes of the extra repeats.
+    pub method: String,
+    /// Repeats 2.. : Leasehold's handover, failover and closed-loop throughput.
+    pub handover: Vec<Option<Latency>>,
+    pub failover: Vec<Option<Failover>>,
+    pub throughput: Vec<Option<Throughput>>,
+    /// min / median / max of each headline figure over all repeats.
+    pub spread: Vec<Spread>,
 }
 
 /// Scenario 5, per library.
@@ -210,6 +368,8 @@ pub struct Scale {
     pub burst_warning_events: Option<usize>,
     /// Operator CPU seconds through the burst.
     pub burst_operator_cpu_s: Option<f64>,
+    /// The same namespace afterwards with held locks and waiters, steady window.
+    pub held: Option<ScaleHeld>,
 }
 
 /// Everything.
@@ -227,8 +387,14 @@ pub struct Results {
     pub pod_handover: Option<Latency>,
     /// Scenario 3, by library.
     pub failover: BTreeMap<String, Failover>,
-    /// Scenario 4.
+    /// Scenario 4 (closed loop: the saturation point).
     pub throughput: Option<Throughput>,
+    /// Scenario 4b, open loop below saturation.
+    pub throughput_open: Option<OpenLoop>,
+    /// Latency vs API cost of the Lease crates in several configurations, Leasehold beside them.
+    pub lease_cost: Vec<LeaseCost>,
+    /// Repeats of the headline scenarios and their spread.
+    pub repeats: Option<Repeats>,
     /// Scenario 5, by library.
     pub herd: BTreeMap<String, Herd>,
     /// Scenario 6.

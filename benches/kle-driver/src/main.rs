@@ -9,9 +9,10 @@
 //! other candidates race for it). Those are the timings used here.
 //!
 //! Subcommands (all take `--namespace NS`; KUBECONFIG selects the cluster):
-//! - `handover --pairs P --rounds R --hold-ms H`: P locks, two candidates each, ping-pong R
-//!   times; a sample is the time from `step_down()` being called to the other candidate's
-//!   `try_acquire_or_renew()` returning `Acquired`.
+//! - `handover --pairs P --rounds R --hold-ms H [--poll-ms MS]`: P locks, two candidates each,
+//!   ping-pong R times; a sample is the time from `step_down()` being called to the other
+//!   candidate's `try_acquire_or_renew()` returning `Acquired`. `--poll-ms` is the waiters' loop
+//!   period (default the documented 5000; the ttl stays 15 s).
 //! - `failover --locks N`: per lock a `hold` child process holds the lease and is SIGKILLed at a
 //!   random point of its 5 s renewal cycle; a sample is the time from the kill (and from the
 //!   holder's last renewal, the Lease's `renewTime`) to the waiter's `Acquired`.
@@ -30,7 +31,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use kube_leader_election::{LeaseLock, LeaseLockParams, LeaseLockResult};
 use serde_json::json;
 
-/// The documented ttl and renewal period.
+/// The documented ttl and renewal period (`handover --poll-ms` changes the waiters' period).
 const TTL: Duration = Duration::from_secs(15);
 const POLL: Duration = Duration::from_secs(5);
 
@@ -70,9 +71,15 @@ fn lease_lock(client: &kube::Client, ns: &str, lease: &str, id: &str) -> LeaseLo
     )
 }
 
-/// Polls every 5 s (first poll after a random phase) until `Acquired`; returns when it got it.
-/// Stops early (None) when `stop` is set.
-async fn wait_acquired(lock: &LeaseLock, first_delay: Duration, stop: &AtomicBool, errors: &AtomicU64) -> Option<Instant> {
+/// Polls every `poll` (first poll after a random phase) until `Acquired`; returns when it got
+/// it. Stops early (None) when `stop` is set.
+async fn wait_acquired(
+    lock: &LeaseLock,
+    first_delay: Duration,
+    poll: Duration,
+    stop: &AtomicBool,
+    errors: &AtomicU64,
+) -> Option<Instant> {
     tokio::time::sleep(first_delay).await;
     loop {
         if stop.load(Ordering::Relaxed) {
@@ -85,7 +92,7 @@ async fn wait_acquired(lock: &LeaseLock, first_delay: Duration, stop: &AtomicBoo
                 errors.fetch_add(1, Ordering::Relaxed);
             }
         }
-        tokio::time::sleep(POLL).await;
+        tokio::time::sleep(poll).await;
     }
 }
 
@@ -107,8 +114,15 @@ async fn main() {
             return;
         }
         "handover" => {
-            handover(&client, &ns, num(&a, "pairs", 10), num(&a, "rounds", 2), Duration::from_millis(num(&a, "hold-ms", 1000)))
-                .await
+            handover(
+                &client,
+                &ns,
+                num(&a, "pairs", 10),
+                num(&a, "rounds", 2),
+                Duration::from_millis(num(&a, "hold-ms", 1000)),
+                Duration::from_millis(num(&a, "poll-ms", POLL.as_millis() as u64)),
+            )
+            .await
         }
         "failover" => failover(&client, &ns, num(&a, "locks", 5)).await,
         "herd" => {
@@ -145,7 +159,14 @@ async fn hold(client: &kube::Client, ns: &str, lease: &str, id: &str) {
     }
 }
 
-async fn handover(client: &kube::Client, ns: &str, pairs: u64, rounds: u64, hold: Duration) -> serde_json::Value {
+async fn handover(
+    client: &kube::Client,
+    ns: &str,
+    pairs: u64,
+    rounds: u64,
+    hold: Duration,
+    poll: Duration,
+) -> serde_json::Value {
     let errors = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
     let mut tasks = vec![];
@@ -158,15 +179,16 @@ async fn handover(client: &kube::Client, ns: &str, pairs: u64, rounds: u64, hold
             let mut holder = lease_lock(&client, &ns, &lease, &format!("kle-{p}-a"));
             let mut waiter = lease_lock(&client, &ns, &lease, &format!("kle-{p}-b"));
             let never = AtomicBool::new(false);
-            wait_acquired(&holder, Duration::ZERO, &never, &errors).await;
+            wait_acquired(&holder, Duration::ZERO, poll, &never, &errors).await;
             let mut samples = vec![];
             for _ in 0..rounds {
-                // The waiter runs its documented 5 s loop from a random phase while the holder holds.
+                // The waiter runs its loop (documented: every 5 s) from a random phase while the
+                // holder holds.
                 let errs = errors.clone();
-                let phase = random_below(POLL);
+                let phase = random_below(poll);
                 let w = tokio::spawn(async move {
                     let never = AtomicBool::new(false);
-                    let t = wait_acquired(&waiter, phase, &never, &errs).await;
+                    let t = wait_acquired(&waiter, phase, poll, &never, &errs).await;
                     (waiter, t)
                 });
                 tokio::time::sleep(hold).await;
@@ -240,7 +262,7 @@ async fn failover(client: &kube::Client, ns: &str, locks: u64) -> serde_json::Va
             let phase = random_below(POLL);
             let w = tokio::spawn(async move {
                 let never = AtomicBool::new(false);
-                let t = wait_acquired(&waiter, phase, &never, &errs).await;
+                let t = wait_acquired(&waiter, phase, POLL, &never, &errs).await;
                 (t, SystemTime::now())
             });
             // Kill at a random point of the holder's renewal cycle.
@@ -290,7 +312,7 @@ async fn herd(
     let grants: Arc<Mutex<Vec<(Instant, Instant)>>> = Arc::default();
     let first = lease_lock(client, ns, lease, "kle-herd-first");
     let never = AtomicBool::new(false);
-    let Some(first_at) = wait_acquired(&first, Duration::ZERO, &never, &errors).await else {
+    let Some(first_at) = wait_acquired(&first, Duration::ZERO, POLL, &never, &errors).await else {
         return json!({"error": "initial holder did not acquire"});
     };
     let started = Instant::now();
@@ -300,7 +322,7 @@ async fn herd(
         let lock = lease_lock(client, ns, lease, &format!("kle-herd-{i}"));
         let (errors, stop, grants, done) = (errors.clone(), stop.clone(), grants.clone(), done.clone());
         tasks.push(tokio::spawn(async move {
-            if let Some(t) = wait_acquired(&lock, random_below(POLL), &stop, &errors).await {
+            if let Some(t) = wait_acquired(&lock, random_below(POLL), POLL, &stop, &errors).await {
                 tokio::time::sleep(hold).await;
                 let released = Instant::now();
                 if lock.step_down().await.is_err() {
