@@ -276,6 +276,15 @@ async fn readyz_and_the_lock_condition_turn_unready_while_lease_writes_are_denie
     })
     .await;
 
+    // The Lease is created at the first grant: one grant and release first, so that the
+    // operator's next grant is an update of an existing Lease.
+    ns.create_gated_pod("p0", "l", "1s").await;
+    wait_pod(&ns, "p0", "granted", |p| !is_gated(p)).await;
+    wait_until("p0 released", WAIT, || async {
+        leases.get_opt("l").await.ok().flatten().is_some_and(|l| l.spec.and_then(|s| s.holder_identity).is_none())
+    })
+    .await;
+
     // Deny updates of every lock Lease in the namespace (the Lease exists already).
     let deny = DenyPolicy::create(
         &ns,
