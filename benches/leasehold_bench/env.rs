@@ -275,18 +275,26 @@ impl Env {
         results.into_iter().collect()
     }
 
-    /// How many Leases exist in `ns` (the scenario namespaces hold only the operator's): one LIST
-    /// with limit=1 and its `remainingItemCount`, which the API server leaves out when the
-    /// LIST has a label selector.
-    pub async fn count_leases(&self, ns: &str) -> anyhow::Result<usize> {
-        let api: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(self.client.clone(), ns);
-        let lp = kube::api::ListParams::default().limit(1);
-        let l = api.list_metadata(&lp).await?;
-        Ok(l.items.len() + l.metadata.remaining_item_count.unwrap_or(0).max(0) as usize)
+    /// How many locks in `ns` show `Ready=True` for their current generation (taken into
+    /// service; since 0d8788e the operator creates a lock's Lease only at its first grant, so
+    /// Leases no longer tell).
+    pub async fn count_ready(&self, ns: &str) -> anyhow::Result<usize> {
+        let api: Api<leasehold::crd::DistributedLock> = Api::namespaced(self.client.clone(), ns);
+        let l = api.list(&kube::api::ListParams::default()).await?;
+        Ok(l.items
+            .iter()
+            .filter(|x| {
+                x.status.as_ref().is_some_and(|s| {
+                    s.conditions.iter().any(|c| {
+                        c.type_ == "Ready" && c.status == "True" && c.observed_generation == x.metadata.generation
+                    })
+                })
+            })
+            .count())
     }
 
-    /// Creates the locks `batch` at a time, each batch after the operator has given the previous
-    /// one its Leases (Leasehold's operator reconciles every pending lock at once, without a
+    /// Creates the locks `batch` at a time, each batch after the operator has taken the previous
+    /// one into service (Ready; Leasehold's operator reconciles every pending lock at once, without a
     /// concurrency bound: thousands of new locks at once make its API calls time out and retry,
     /// see the README's Performance section). Stops early when `budget` is spent; returns how
     /// many locks are in service.
@@ -307,7 +315,7 @@ impl Env {
             self.create_locks(ns, chunk, json!({}), 32).await?;
             done += chunk.len();
             loop {
-                if self.count_leases(ns).await.unwrap_or(0) >= done {
+                if self.count_ready(ns).await.unwrap_or(0) >= done {
                     break;
                 }
                 if t.elapsed() > budget + Duration::from_secs(120) {
@@ -319,19 +327,16 @@ impl Env {
         Ok(done)
     }
 
-    /// Waits until `n` Leases labelled `leasehold.dev/lock` exist in `ns` (the operator has
-    /// taken every lock into service).
-    pub async fn wait_leases(&self, ns: &str, n: usize, timeout: Duration) -> anyhow::Result<Duration> {
-        let api: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(self.client.clone(), ns);
+    /// Waits until `n` locks in `ns` are Ready (the operator has taken every lock into service).
+    pub async fn wait_locks_ready(&self, ns: &str, n: usize, timeout: Duration) -> anyhow::Result<Duration> {
         let t = Instant::now();
         loop {
-            let lp = kube::api::ListParams::default().labels(leasehold::lock::LEASE_LABEL);
-            let have = api.list_metadata(&lp).await.map(|l| l.items.len()).unwrap_or(0);
+            let have = self.count_ready(ns).await.unwrap_or(0);
             if have >= n {
                 return Ok(t.elapsed());
             }
             if t.elapsed() > timeout {
-                bail!("only {have} of {n} Leases after {timeout:?}");
+                bail!("only {have} of {n} locks Ready after {timeout:?}");
             }
             tokio::time::sleep(Duration::from_millis(if n > 100 { 1000 } else { 100 })).await;
         }

@@ -59,7 +59,7 @@ async fn setup(
         env.create_locks_paced(&ns, locks, 250, Duration::from_secs(600)).await?;
     } else {
         env.create_locks(&ns, locks, spec, 32).await?;
-        env.wait_leases(&ns, locks.len(), Duration::from_secs(600)).await?;
+        env.wait_locks_ready(&ns, locks.len(), Duration::from_secs(600)).await?;
     }
     Ok((ns, op))
 }
@@ -356,8 +356,10 @@ pub async fn failover(env: &Env, tag: &str, locks: usize) -> anyhow::Result<Fail
             let leases: Api<Lease> = Api::namespaced(client.clone(), &ns);
             let t = Instant::now();
             loop {
-                let l = leases.get(&name).await?;
-                if l.spec.as_ref().and_then(|s| s.holder_identity.as_deref()) == Some(&format!("holder-{name}")) {
+                // The Lease is created at the first grant (0d8788e): absent until then.
+                let l = leases.get_opt(&name).await?;
+                let holder = l.as_ref().and_then(|l| l.spec.as_ref()?.holder_identity.as_deref());
+                if holder == Some(&format!("holder-{name}")) {
                     break;
                 }
                 if t.elapsed() > WAIT {

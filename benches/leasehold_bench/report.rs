@@ -435,7 +435,10 @@ fn load_rows(l: &crate::env::ServerLoad) -> Vec<(&'static str, String)> {
         ),
         ("API requests/s (not WATCH, net)", num(l.api_requests_per_s, 1)),
         ("5xx / 429 answers in the window", format!("{:.0} / {:.0}", z(l.server_errors), z(l.throttled))),
-        ("API server → etcd requests/s by operation (etcd_request_duration_seconds_count)", rates(&l.etcd_requests_per_s)),
+        (
+            "API server → etcd requests/s by operation (etcd_request_duration_seconds_count)",
+            rates(&l.etcd_requests_per_s),
+        ),
         (
             "etcd's own ops/s (etcd_mvcc_*_total)",
             l.etcd_mvcc_per_s.as_ref().map_or("etcd /metrics not reachable".into(), rates),
