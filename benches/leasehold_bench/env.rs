@@ -231,6 +231,12 @@ impl Env {
             api_requests_per_s: net.all_requests() / secs,
             server_errors: codes(&|c| c.starts_with('5')),
             throttled: codes(&|c| c == "429"),
+            server_errors_by_request: raw
+                .0
+                .iter()
+                .filter(|((_, _, c), _)| c.starts_with('5') || c == "429")
+                .map(|((verb, r, c), v)| (format!("{r} {verb} {c}"), *v))
+                .collect(),
             etcd_requests_per_s: rate(&a.etcd_requests, &b.etcd_requests),
             etcd_mvcc_per_s: a.etcd_mvcc.as_ref().zip(b.etcd_mvcc.as_ref()).map(|(x, y)| rate(x, y)),
             watches_before: before.map(|s| s.watches.clone()),
@@ -530,6 +536,8 @@ pub struct ServerLoad {
     /// Requests answered 5xx / 429 in the window (every client).
     pub server_errors: f64,
     pub throttled: f64,
+    /// The 5xx and 429 answers by "resource VERB code".
+    pub server_errors_by_request: Vec<(String, f64)>,
     /// The API server's requests to etcd per second, by operation
     /// (`etcd_request_duration_seconds_count`).
     pub etcd_requests_per_s: BTreeMap<String, f64>,

@@ -434,7 +434,21 @@ fn load_rows(l: &crate::env::ServerLoad) -> Vec<(&'static str, String)> {
             format!("{} / {}", num(l.api_writes_per_s, 1), num(l.api_writes_per_s_leasehold, 1)),
         ),
         ("API requests/s (not WATCH, net)", num(l.api_requests_per_s, 1)),
-        ("5xx / 429 answers in the window", format!("{:.0} / {:.0}", z(l.server_errors), z(l.throttled))),
+        (
+            "5xx / 429 answers in the window (by request)",
+            format!(
+                "{:.0} / {:.0}{}",
+                z(l.server_errors),
+                z(l.throttled),
+                if l.server_errors_by_request.is_empty() {
+                    String::new()
+                } else {
+                    let v: Vec<String> =
+                        l.server_errors_by_request.iter().map(|(k, n)| format!("{k}: {n:.0}")).collect();
+                    format!(" ({})", v.join(", "))
+                }
+            ),
+        ),
         (
             "API server → etcd requests/s by operation (etcd_request_duration_seconds_count)",
             rates(&l.etcd_requests_per_s),
@@ -519,10 +533,11 @@ fn extra_tables(o: &mut String, r: &Results) {
             "| grants/s | {} | {} |",
             c(&|t| num(t.grants_per_s, 1)),
             op(&|t| format!(
-                "{} ({} of {} arrivals in the window granted)",
+                "{} ({} acquire() calls returned in the window; {} arrived in it, {} of those granted)",
                 num(t.grants_per_s, 1),
                 t.grants,
-                t.arrivals
+                t.arrivals,
+                t.grant_latency.n
             ))
         );
         let _ = writeln!(
