@@ -317,6 +317,10 @@ async fn step<T>(r: &mut Results, name: &str, fut: impl std::future::Future<Outp
     }
 }
 
+/// One Lease crate configuration of the latency vs API cost table: library, namespace tag,
+/// label, kube-lease-manager's (duration, grace) if tuned, kube-leader-election's poll period (ms).
+type CrateRun = (&'static str, String, String, Option<(u64, u64)>, u64);
+
 /// Records the outcome of a step that was timed elsewhere (the competitors run side by side).
 fn record<T>(r: &mut Results, name: &str, out: Option<anyhow::Result<T>>) -> Option<T> {
     match out? {
@@ -446,7 +450,7 @@ async fn run() -> anyhow::Result<()> {
     // with `lease-cost`, kube-leader-election at other poll periods and kube-lease-manager tuned.
     let default_poll = 5000;
     if selected("handover") || selected("lease-cost") {
-        let mut runs: Vec<(&str, String, String, Option<(u64, u64)>, u64)> = vec![];
+        let mut runs: Vec<CrateRun> = vec![];
         if klm_on {
             if selected("handover") {
                 runs.push((
