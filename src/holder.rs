@@ -18,10 +18,8 @@
 //! ```
 //!
 //! How it works: [`Holder::acquire`] creates a `DistributedLockClaim` (it joins the same FIFO
-//! queue as gated pods) and watches it and the lock's Lease until the operator grants it: the
-//! Lease names the claim (identity and UID) with the grant's fencing token, or the claim's status
-//! shows the token, whichever comes first. It then proves the grant with a first renewal. From
-//! then on the holder must **renew**: every `renew_period` (after a failure:
+//! queue as gated pods) and watches it until the operator writes the grant's fencing token into
+//! its status. From then on the holder must **renew**: every `renew_period` (after a failure:
 //! every `retry_period`) it compare-and-swaps the Lease's `renewTime`, if the Lease still names
 //! it; one PUT, from the Lease its last write returned (a GET first only after a 409). The operator takes the lock back when it
 //! has not seen a renewal for `leaseDurationSeconds` on its own monotonic clock.
@@ -53,8 +51,7 @@ use kube::{Client, ResourceExt};
 use tokio::sync::watch;
 
 use crate::crd::{ClaimPhase, DistributedLock, DistributedLockClaim, DistributedLockClaimSpec, OnBusy};
-use crate::lock::fencing::parse_token;
-use crate::lock::{HOLDER_KIND_ANNOTATION, HOLDER_UID_ANNOTATION, TOKEN_ANNOTATION};
+use crate::lock::{HOLDER_KIND_ANNOTATION, HOLDER_UID_ANNOTATION};
 
 /// Why a holder call failed.
 #[derive(Debug, thiserror::Error)]
@@ -267,56 +264,13 @@ impl Holder {
         })
     }
 
-    /// Watches the claim until it is granted (token), rejected, or deleted, and the lock's Lease
-    /// until it names this claim: the grant is the operator's Lease write, and the claim's status
-    /// (its second write) follows it. Whichever shows the grant first wins; a grant seen in the
-    /// Lease also hands over the Lease object, so the first renewal is one PUT (no GET). Where the
-    /// caller may not watch Leases (a role from before the holder role had list/watch on them),
-    /// the claim alone tells.
-    async fn wait_for_grant(
-        &self,
-        claims: &Api<DistributedLockClaim>,
-        name: &str,
-        claim_uid: &str,
-    ) -> Result<(i64, Option<Lease>), HolderError> {
+    /// Watches the claim until it is granted (token), rejected, or deleted.
+    async fn wait_for_grant(&self, claims: &Api<DistributedLockClaim>, name: &str) -> Result<i64, HolderError> {
         let cfg = watcher::Config::default().fields(&format!("metadata.name={name}"));
         let mut events = watcher(claims.clone(), cfg).default_backoff().boxed();
-        let leases: Api<Lease> = Api::namespaced(self.client.clone(), &self.namespace);
-        let lease_cfg = watcher::Config::default().fields(&format!("metadata.name={}", self.lock));
-        let mut lease_events = Some(watcher(leases, lease_cfg).default_backoff().boxed());
         // Whether the current (re)list returned the claim: a list without it means it is gone.
         let mut listed = false;
-        loop {
-            let next_lease = async {
-                match lease_events.as_mut() {
-                    Some(s) => s.next().await,
-                    None => std::future::pending().await,
-                }
-            };
-            let ev = tokio::select! {
-                ev = events.next() => match ev {
-                    Some(ev) => ev,
-                    None => break,
-                },
-                Some(ev) = next_lease => {
-                    match ev {
-                        Ok(watcher::Event::Apply(l) | watcher::Event::InitApply(l)) => {
-                            if let Some(token) = granted_in(&l, &self.identity, claim_uid) {
-                                return Ok((token, Some(l)));
-                            }
-                        }
-                        Err(watcher::Error::InitialListFailed(e) | watcher::Error::WatchStartFailed(e))
-                            if is_forbidden(&e) =>
-                        {
-                            tracing::debug!(error = %e, "may not watch the Lease; waiting on the claim alone");
-                            lease_events = None;
-                        }
-                        Err(e) => tracing::debug!(error = %e, "Lease watch error (retrying)"),
-                        Ok(_) => {}
-                    }
-                    continue;
-                }
-            };
+        while let Some(ev) = events.next().await {
             let ev = match ev {
                 Ok(ev) => ev,
                 Err(watcher::Error::InitialListFailed(e) | watcher::Error::WatchStartFailed(e)) if is_forbidden(&e) => {
@@ -345,7 +299,7 @@ impl Holder {
                 return Err(HolderError::Expired(status.message.unwrap_or_default()));
             }
             if let Some(token) = status.token {
-                return Ok((token, None));
+                return Ok(token);
             }
             if status.phase == Some(ClaimPhase::Rejected) {
                 return Err(match status.reason.as_deref() {
@@ -388,15 +342,14 @@ impl Ticket {
     /// [`HolderError::WaitTimeout`], [`HolderError::Busy`] (skip policy), [`HolderError::Rejected`],
     /// [`HolderError::NotHolder`], [`HolderError::Kube`].
     pub async fn wait(&self, timeout: Option<Duration>) -> Result<LockGuard, HolderError> {
-        let wait = self.holder.wait_for_grant(&self.claims, &self.claim_name, &self.claim_uid);
-        let (token, lease) = match timeout {
+        let wait = self.holder.wait_for_grant(&self.claims, &self.claim_name);
+        let token = match timeout {
             Some(t) => tokio::time::timeout(t, wait)
                 .await
                 .unwrap_or_else(|_| Err(HolderError::WaitTimeout(t, self.holder.lock.clone())))?,
             None => wait.await?,
         };
-        LockGuard::start(&self.holder, self.claim_name.clone(), self.claim_uid.clone(), token, lease, self.timings)
-            .await
+        LockGuard::start(&self.holder, self.claim_name.clone(), self.claim_uid.clone(), token, self.timings).await
     }
 
     /// Leaves the queue: if the claim was granted meanwhile, first frees the Lease (owner-verified
@@ -478,15 +431,10 @@ impl LockGuard {
         claim_name: String,
         claim_uid: String,
         token: i64,
-        granted: Option<Lease>,
         timings: Resolved,
     ) -> Result<LockGuard, HolderError> {
         let renew_deadline = timings.renew_deadline;
         let known = KnownLease::default();
-        if let Some(l) = granted {
-            // The Lease as the grant wrote it: the first renewal compare-and-swaps from it.
-            known.set(l);
-        }
         let leases: Api<Lease> = Api::namespaced(h.client.clone(), &h.namespace);
         let claims: Api<DistributedLockClaim> = Api::namespaced(h.client.clone(), &h.namespace);
         // Prove the grant with a first renewal before the caller may act on it.
@@ -639,15 +587,6 @@ impl KnownLease {
     }
 }
 
-/// The token of the grant `lease` records for this claim, if it names it (identity and claim
-/// UID) with a valid `leasehold.dev/fencing-token`.
-fn granted_in(lease: &Lease, identity: &str, claim_uid: &str) -> Option<i64> {
-    if !names_us(lease, identity, claim_uid) {
-        return None;
-    }
-    lease.annotations().get(TOKEN_ANNOTATION).and_then(|t| parse_token(t))
-}
-
 fn names_us(lease: &Lease, identity: &str, claim_uid: &str) -> bool {
     lease.spec.as_ref().and_then(|s| s.holder_identity.as_deref()) == Some(identity)
         && lease.annotations().get(HOLDER_UID_ANNOTATION).map(String::as_str) == Some(claim_uid)
@@ -781,30 +720,6 @@ async fn renew_loop(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_grant_is_seen_in_the_lease_only_when_it_names_this_claim_with_a_valid_token() {
-        let lease = |holder: &str, uid: &str, token: Option<&str>| -> Lease {
-            let mut a = std::collections::BTreeMap::from([(HOLDER_UID_ANNOTATION.to_string(), uid.to_string())]);
-            if let Some(t) = token {
-                a.insert(TOKEN_ANNOTATION.to_string(), t.to_string());
-            }
-            Lease {
-                metadata: ObjectMeta { annotations: Some(a), ..ObjectMeta::default() },
-                spec: Some(k8s_openapi::api::coordination::v1::LeaseSpec {
-                    holder_identity: Some(holder.into()),
-                    ..Default::default()
-                }),
-            }
-        };
-        assert_eq!(granted_in(&lease("me", "claim-1", Some("7")), "me", "claim-1"), Some(7));
-        // Same identity, another claim (an earlier acquire under the same name): not this grant.
-        assert_eq!(granted_in(&lease("me", "claim-0", Some("6")), "me", "claim-1"), None);
-        assert_eq!(granted_in(&lease("other", "claim-1", Some("7")), "me", "claim-1"), None);
-        // No readable token: wait for the claim's status instead.
-        assert_eq!(granted_in(&lease("me", "claim-1", None), "me", "claim-1"), None);
-        assert_eq!(granted_in(&lease("me", "claim-1", Some("x")), "me", "claim-1"), None);
-    }
 
     #[test]
     fn default_timings_follow_client_go_ratios_and_renew_every_third_of_the_lease() {

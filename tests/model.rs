@@ -23,8 +23,7 @@
 //!   one rejected while it ran keeps running until the kubelet has stopped it. Ground truth "its
 //!   work runs" = ungated and not finished. A granted pod may never start (nothing forces
 //!   `PodStarts`): the start timeout deletes it, gracefully (it may start at the edge).
-//! - **Claims and their holder process**: learns its grant (from the claim's status or from the
-//!   Lease naming it, whichever it sees first), renews the Lease (owner-verified),
+//! - **Claims and their holder process**: learns its grant, renews the Lease (owner-verified),
 //!   gives up `renewDeadline` after the start of its last successful renewal, can be paused
 //!   (SIGSTOP) past its deadline, can have its claim deleted under it; a per-claim busy policy.
 //! - **Third parties**: the Lease deleted, or edited to name a waiter with a plausible UID and
@@ -380,8 +379,7 @@ enum Action {
     NodeLost(usize),
     /// The kubelet stopped the containers of a pod the operator marked Failed while they ran.
     PodStopped(usize),
-    /// The claim's process sees its grant (in the claim's status, or in the Lease naming it,
-    /// whichever it sees first) and makes its first renewal.
+    /// The claim's process sees its grant and makes its first renewal.
     ClaimLearns(usize),
     /// The claim's process renews (owner-verified compare-and-swap on the Lease).
     ClaimRenews(usize),
@@ -847,15 +845,6 @@ impl World {
     }
 
     /// Renewal by claim `i`'s process: succeeds while the Lease names it.
-    /// The token of the grant the Lease records for claim `i` (it names the claim's identity and
-    /// UID): the holder's wait watches the Lease too and may see its grant there before the
-    /// claim's status shows it, even after its claim was deleted (it then renews from that Lease).
-    fn lease_grant(&self, i: usize) -> Option<i64> {
-        let uid = format!("{}-0", CLAIM_NAMES[i]);
-        let l = self.api.lease.as_ref()?;
-        l.holder.as_ref().filter(|(n, u, _)| n == CLAIM_NAMES[i] && *u == uid).map(|_| l.token)
-    }
-
     fn renew(&mut self, i: usize) -> bool {
         let uid = format!("{}-0", CLAIM_NAMES[i]);
         let names_it = self
@@ -941,19 +930,17 @@ impl World {
         if stuck.is_empty() {
             return stuck;
         }
-        let env_owes = self.api.lease.as_ref().is_some_and(|l| l.owner != self.api.lock.uid)
-            || self
-                .api
-                .pods
-                .iter()
-                .flatten()
-                .any(|p| !p.node_lost && (p.deleting || p.phase == PodPhase::FailedStopping))
-            || self.procs.iter().enumerate().any(|(i, p)| {
-                p.paused
-                    || (!p.done
-                        && (self.api.claims[i].as_ref().is_some_and(|c| c.token.is_some())
-                            || self.lease_grant(i).is_some()))
-            });
+        let env_owes =
+            self.api.lease.as_ref().is_some_and(|l| l.owner != self.api.lock.uid)
+                || self
+                    .api
+                    .pods
+                    .iter()
+                    .flatten()
+                    .any(|p| !p.node_lost && (p.deleting || p.phase == PodPhase::FailedStopping))
+                || self.procs.iter().enumerate().any(|(i, p)| {
+                    p.paused || (!p.done && self.api.claims[i].as_ref().is_some_and(|c| c.token.is_some()))
+                });
         let settled = !env_owes
             && self.ops.iter().all(|o| o.session.is_none() && o.cache == self.api)
             && (0..self.ops.len()).all(|n| {
@@ -1030,8 +1017,7 @@ impl Model for LockModel {
         }
         for (i, proc_) in w.procs.iter().enumerate() {
             let claim = w.api.claims[i].as_ref();
-            let granted = claim.is_some_and(|c| c.token.is_some()) || w.lease_grant(i).is_some();
-            if !proc_.done && granted && !proc_.paused {
+            if !proc_.done && claim.is_some_and(|c| c.token.is_some()) && !proc_.paused {
                 out.push(Action::ClaimLearns(i));
             }
             if proc_.holding.is_some() && !proc_.paused {
@@ -1126,7 +1112,7 @@ impl Model for LockModel {
                 (p.node_lost, p.rv) = (true, rv);
             }
             Action::ClaimLearns(i) => {
-                let token = w.api.claims[i].as_ref().and_then(|c| c.token).or_else(|| w.lease_grant(i))?;
+                let token = w.api.claims[i].as_ref()?.token?;
                 w.procs[i].done = true;
                 let start = w.now;
                 if w.renew(i) {
