@@ -1157,28 +1157,26 @@ pub async fn scale_held(env: &Env, ns: &str, locks: usize, z: HeldSizes) -> anyh
     let conflicts = "leasehold_conflicts_total";
     let grants = "leasehold_grants_total";
     let rss_start = op.memory_kib().map_or(0, |m| m.0);
-    let (s0, cpu0, r0, e0, c0, g0) = (
-        env.server_snapshot().await?,
-        op.cpu_seconds(),
-        op.metric(reconciles).await,
-        op.metric(errors).await,
-        op.metric(conflicts).await,
-        op.metric(grants).await,
-    );
+    // The server's counters, the operator's CPU seconds and its reconcile, error, conflict and
+    // grant counters, read at the window's start and end.
+    let sample = || async {
+        anyhow::Ok((
+            env.server_snapshot().await?,
+            op.cpu_seconds(),
+            op.metric(reconciles).await,
+            op.metric(errors).await,
+            op.metric(conflicts).await,
+            op.metric(grants).await,
+        ))
+    };
+    let (s0, cpu0, r0, e0, c0, g0) = sample().await?;
     let mut rss_max = rss_start;
     let end = Instant::now() + z.window;
     while Instant::now() < end {
         tokio::time::sleep(Duration::from_secs(1).min(end.saturating_duration_since(Instant::now()))).await;
         rss_max = rss_max.max(op.memory_kib().map_or(0, |m| m.0));
     }
-    let (s1, cpu1, r1, e1, c1, g1) = (
-        env.server_snapshot().await?,
-        op.cpu_seconds(),
-        op.metric(reconciles).await,
-        op.metric(errors).await,
-        op.metric(conflicts).await,
-        op.metric(grants).await,
-    );
+    let (s1, cpu1, r1, e1, c1, g1) = sample().await?;
     let (rss_end, hwm) = op.memory_kib().unwrap_or((0, 0));
     let claims_lost = guards.iter().filter(|g| g.is_lost()).count();
     let window_s = s1.at.duration_since(s0.at).as_secs_f64();
