@@ -21,7 +21,8 @@ pub struct Env {
     pub kubeconfig: PathBuf,
     /// A client for setup and observation (scenarios make their own for the holders).
     pub client: Client,
-    /// `target/release/leasehold`.
+    /// The operator binary under test: `target/release/leasehold`, or `BENCH_OPERATOR_BIN` (an
+    /// A/B against another commit's operator; the holders stay this tree's library).
     pub leasehold_bin: PathBuf,
     /// `target/kle-driver/release/kle-driver` (None when it was not built).
     pub kle_driver: Option<PathBuf>,
@@ -61,7 +62,8 @@ impl Env {
         let client = client_for(&kubeconfig).await?;
         install_crds(&client).await?;
         let target = repo.join("target");
-        let leasehold_bin = target.join("release/leasehold");
+        let leasehold_bin =
+            std::env::var_os("BENCH_OPERATOR_BIN").map_or_else(|| target.join("release/leasehold"), PathBuf::from);
         if !leasehold_bin.exists() {
             bail!("{} missing: run `cargo build --release` first (make bench does)", leasehold_bin.display());
         }

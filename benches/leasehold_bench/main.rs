@@ -14,6 +14,8 @@
 //!   repeats 2.. of Leasehold's handover, failover and throughput; `held`: the scale namespace
 //!   with held locks and waiters, after the scale setup);
 //! - `BENCH_LIBS=leasehold,kube-lease-manager,kube-leader-election` a subset of the libraries;
+//! - `BENCH_OPERATOR_BIN=path` runs another build of the operator (an A/B between commits whose
+//!   holder library is the same);
 //! - `BENCH_<SIZE>` overrides one size, e.g. `BENCH_SCALE_LOCKS=2000` (see [`Config`]).
 //!
 //! Under `cargo test --all-targets` (no `--bench` argument) it does nothing.
