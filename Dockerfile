@@ -9,6 +9,11 @@ ARG RUST_VERSION=1.95.0
 
 FROM docker.io/library/rust:${RUST_VERSION}-slim-bookworm AS build
 WORKDIR /src
+# The operator's allocator, jemalloc (tikv-jemalloc-sys), is built with make, which the slim
+# image lacks (it has gcc and libc6-dev).
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends make=4.3-4.1 \
+ && rm -rf /var/lib/apt/lists/*
 COPY docker/cargo-build.sh /usr/local/bin/cargo-build
 # Dependencies only: this layer stays cached until Cargo.toml or Cargo.lock change.
 COPY Cargo.toml Cargo.lock ./

@@ -3,6 +3,13 @@
 use clap::Parser;
 use leasehold::cli::{Cli, Command};
 
+/// jemalloc (tikv-jemallocator) instead of glibc's malloc: the operator's many small, long-lived
+/// cache objects settle in less resident memory (README "Performance": 10,000 idle locks in
+/// 54.6 MiB instead of 67.4 MiB). The `jemalloc` feature, on by default.
+#[cfg(feature = "jemalloc")]
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();

@@ -9,7 +9,7 @@
 //!
 //! Environment (all optional):
 //! - `BENCH_SIZE=quick` small sizes for development (default `full`, the sizes of the issue);
-//! - `BENCH_ONLY=handover,pods,failover,throughput,open-loop,herd,lease-cost,repeats,scale,held`
+//! - `BENCH_ONLY=handover,pods,failover,oneshot,throughput,open-loop,herd,lease-cost,repeats,scale,held`
 //!   a subset of the scenarios (`lease-cost`: the Lease crates' extra configurations; `repeats`:
 //!   repeats 2.. of Leasehold's handover, failover and throughput; `held`: the scale namespace
 //!   with held locks and waiters, after the scale setup);
@@ -46,6 +46,7 @@ struct Config {
     pods: usize,
     pod_run_for: String,
     failover_locks: usize,
+    oneshot_runs: usize,
     throughput_locks: usize,
     throughput_warmup_s: u64,
     throughput_secs: u64,
@@ -104,6 +105,7 @@ impl Config {
             pods: n("PODS", 60, 6) as usize,
             pod_run_for: std::env::var("BENCH_POD_RUN_FOR").unwrap_or_else(|_| "500ms".into()),
             failover_locks: n("FAILOVER_LOCKS", 20, 3) as usize,
+            oneshot_runs: n("ONESHOT_RUNS", 20, 3) as usize,
             throughput_locks: n("THROUGHPUT_LOCKS", 1000, 50) as usize,
             throughput_warmup_s: n("THROUGHPUT_WARMUP_S", 10, 3),
             throughput_secs: n("THROUGHPUT_SECS", 60, 10),
@@ -154,6 +156,7 @@ impl Config {
         );
         put("pods", format!("{} × {}", self.pods, self.pod_run_for));
         put("failover_locks", self.failover_locks.to_string());
+        put("oneshot_runs", self.oneshot_runs.to_string());
         put("throughput", format!("{} locks, {} s", self.throughput_locks, self.throughput_secs));
         put("herd_waiters", self.herd_waiters.to_string());
         put("scale_locks", self.scale_locks.to_string());
@@ -385,6 +388,14 @@ async fn run() -> anyhow::Result<()> {
                 step(&mut r, "herd/leasehold", ours::herd(&env, cfg.herd_waiters, ms(cfg.herd_hold_ms))).await
         {
             r.herd.insert(OURS.into(), v);
+        }
+        if selected("oneshot") {
+            r.oneshot = step(
+                &mut r,
+                "oneshot/leasehold",
+                ours::oneshot(&env, "oneshot", cfg.oneshot_runs, Duration::from_secs(1)),
+            )
+            .await;
         }
         if selected("throughput") {
             let (warmup, window) =

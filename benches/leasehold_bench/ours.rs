@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -15,13 +15,13 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{Api, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
-use leasehold::crd::{DistributedLock, DistributedLockClaim};
+use leasehold::crd::{DistributedLock, DistributedLockClaim, OnBusy};
 use leasehold::holder::Holder;
 use leasehold::lock::{LOCK_ANNOTATION, SCHEDULING_GATE, TOKEN_ANNOTATION};
 use serde_json::json;
 
 use crate::env::{ApiCounts, Env, OUR_RESOURCES};
-use crate::results::{ApiCost, Failover, Herd, Latency, OpenLoop, Scale, ScaleHeld, Throughput, Traffic};
+use crate::results::{ApiCost, Failover, Herd, Latency, OneShot, OpenLoop, Scale, ScaleHeld, Throughput, Traffic};
 use crate::stats::{random_below, summarize};
 
 const WAIT: Duration = Duration::from_secs(120);
@@ -447,6 +447,43 @@ pub fn traffic(delta: &ApiCounts, resources: &[&str], events: f64) -> Traffic {
     }
 }
 
+/// One-shot `leasehold lock -- true` runs on one free lock, one after another, each given
+/// `settle` afterwards for the operator's debounced status write (so it is counted with its run):
+/// the writes of one claim -> grant -> release, every party.
+pub async fn oneshot(env: &Env, tag: &str, runs: usize, settle: Duration) -> anyhow::Result<OneShot> {
+    let (ns, mut op) = setup(env, tag, &["o".into()], json!({})).await?;
+    let (mut walls, mut failed) = (Vec::with_capacity(runs), 0);
+    let (m0, c0) = (env.api_counts().await?, Instant::now());
+    for _ in 0..runs {
+        let t = Instant::now();
+        let out = tokio::process::Command::new(&env.leasehold_bin)
+            .args(["lock", "o", "-n", &ns, "--kubeconfig"])
+            .arg(&env.kubeconfig)
+            .args(["--", "true"])
+            .output()
+            .await?;
+        walls.push(ms(t.elapsed()));
+        if !out.status.success() {
+            failed += 1;
+            eprintln!("[bench] oneshot: leasehold lock failed: {}", String::from_utf8_lossy(&out.stderr).trim());
+        }
+        tokio::time::sleep(settle).await;
+    }
+    let delta = env.net(&m0, &env.api_counts().await?, c0.elapsed().as_secs_f64());
+    op.kill();
+    env.finished(&ns);
+    Ok(OneShot {
+        method: format!(
+            "`leasehold lock o -- true` on a free lock, {runs} runs one after another, {} ms apart (the operator's status settles); API requests of every party, net of the idle cluster",
+            settle.as_millis()
+        ),
+        runs,
+        failed,
+        wall_ms: summarize(&walls),
+        per_run: traffic(&delta, &OUR_RESOURCES, runs as f64),
+    })
+}
+
 /// Scenario 4: `locks` locks, two clients per lock, each looping acquire -> release.
 pub async fn throughput(
     env: &Env,
@@ -467,6 +504,9 @@ pub async fn throughput(
     // Client errors by kind, counted only inside the measured window.
     let in_window = Arc::new(AtomicBool::new(false));
     let window_errors = Arc::new(Mutex::new(std::collections::BTreeMap::<String, u64>::new()));
+    // Clients that have created their first claim: the window starts in the steady state, after
+    // all of them (the first claims, their lists and watches are not counted against its grants).
+    let queued = Arc::new(AtomicUsize::new(0));
     let mut tasks = vec![];
     for name in &names {
         for (i, client) in clients.iter().enumerate() {
@@ -479,9 +519,25 @@ pub async fn throughput(
                     *window_errors.lock().unwrap().entry(kind).or_insert(0) += 1;
                 }
             };
+            let queued = queued.clone();
             tasks.push(tokio::spawn(async move {
+                let mut first = true;
                 while !stop.load(Ordering::Relaxed) {
-                    match h.acquire(Some(WAIT)).await {
+                    // Holder::acquire, in its two steps, to know when every client has queued once.
+                    let acquired = match h.enqueue(OnBusy::Wait).await {
+                        Ok(ticket) => {
+                            if std::mem::take(&mut first) {
+                                queued.fetch_add(1, Ordering::Relaxed);
+                            }
+                            let r = ticket.wait(Some(WAIT)).await;
+                            if r.is_err() {
+                                ticket.cancel().await;
+                            }
+                            r
+                        }
+                        Err(e) => Err(e),
+                    };
+                    match acquired {
                         Ok(g) => {
                             grants.fetch_add(1, Ordering::Relaxed);
                             if let Err(e) = g.release().await {
@@ -497,6 +553,15 @@ pub async fn throughput(
             }));
         }
     }
+    let all = names.len() * clients.len();
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while queued.load(Ordering::Relaxed) < all {
+        if Instant::now() > deadline {
+            bail!("closed loop: only {} of {all} clients queued within 300 s", queued.load(Ordering::Relaxed));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let all_queued_s = setup_t.elapsed().as_secs_f64() - setup_s;
     tokio::time::sleep(warmup).await;
     let conflicts = "leasehold_conflicts_total";
     in_window.store(true, Ordering::Relaxed);
@@ -543,6 +608,7 @@ pub async fn throughput(
         operator_cpu_cores: cpu0.zip(cpu1).map(|(a, b)| (b - a) / window_s).unwrap_or(f64::NAN),
         errors: errors.load(Ordering::Relaxed),
         setup_s,
+        all_queued_s,
         load: Some(env.server_load(&s0, &s1, Some(&before))),
     })
 }

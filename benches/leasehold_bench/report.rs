@@ -166,6 +166,21 @@ pub fn markdown(r: &Results) -> String {
             ratio(fk(OURS), fk(KLE), "faster")
         );
     }
+    // 4c
+    if let Some(x) = &r.oneshot {
+        let by: Vec<String> = x.per_run.breakdown_per.iter().map(|(k, v)| format!("{k} {v:.2}")).collect();
+        let _ = writeln!(
+            o,
+            "| 4c | one-shot `leasehold lock -- true` on a free lock (n={}, {} failed) | writes / requests per run; wall time p50 / p99 | {:.1} / {:.1}; {:.0} ms / {:.0} ms | | | states its own total | by request: {} |",
+            x.runs,
+            x.failed,
+            z(x.per_run.writes_per),
+            z(x.per_run.requests_per),
+            x.wall_ms.p50,
+            x.wall_ms.p99,
+            by.join(", ")
+        );
+    }
     // 4
     if let Some(t) = &r.throughput {
         let _ = writeln!(
@@ -522,7 +537,12 @@ fn extra_tables(o: &mut String, r: &Results) {
         let _ = writeln!(
             o,
             "| load | {} | {} |",
-            c(&|t| format!("{} locks × {} clients ping-pong, {:.0} s", t.locks, t.clients_per_lock, t.window_s)),
+            c(&|t| {
+                format!(
+                    "{} locks × {} clients ping-pong, {:.0} s, from the steady state (every client queued once {:.1} s after setup, then the warm-up)",
+                    t.locks, t.clients_per_lock, t.window_s, t.all_queued_s
+                )
+            }),
             op(&|t| format!(
                 "{:.1} cycles/s offered ({}), {} locks round-robin, hold {} ms, {:.0} s",
                 t.offered_per_s, t.offered_from, t.locks, t.hold_ms, t.window_s

@@ -137,6 +137,21 @@ pub struct Traffic {
     pub breakdown_per: Vec<(String, f64)>,
 }
 
+/// One-shot `leasehold lock` runs (claim, grant, release), one after another on a free lock.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct OneShot {
+    /// How it was run.
+    pub method: String,
+    /// Runs counted.
+    pub runs: usize,
+    /// Runs that did not exit 0.
+    pub failed: usize,
+    /// Wall time of one run (process start -> exit), milliseconds.
+    pub wall_ms: Summary,
+    /// API traffic per run, every party (the CLI and the operator, status and Events included).
+    pub per_run: Traffic,
+}
+
 /// Scenario 4.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Throughput {
@@ -166,8 +181,11 @@ pub struct Throughput {
     /// API writes in the window divided by the operator's grants (`traffic.writes_per` divides
     /// by the clients' grants).
     pub writes_per_operator_grant: f64,
-    /// Time to create the locks and for the operator to create their Leases, seconds.
+    /// Time to create the locks and for the operator to take them into service, seconds.
     pub setup_s: f64,
+    /// Seconds from then until every client had created its first claim; the warm-up runs after
+    /// that, so the window holds no client's first claim.
+    pub all_queued_s: f64,
     /// The servers in the window (API and etcd write rates, watches before and during).
     pub load: Option<ServerLoad>,
 }
@@ -387,6 +405,8 @@ pub struct Results {
     pub pod_handover: Option<Latency>,
     /// Scenario 3, by library.
     pub failover: BTreeMap<String, Failover>,
+    /// One-shot `leasehold lock` runs and their writes.
+    pub oneshot: Option<OneShot>,
     /// Scenario 4 (closed loop: the saturation point).
     pub throughput: Option<Throughput>,
     /// Scenario 4b, open loop below saturation.
