@@ -451,12 +451,15 @@ async fn patch_holder(ctx: &Context, ns: &str, lock: &DistributedLock, g: &Grant
         }
     };
     let holder = holder.ok_or(Error::MissingField("metadata"))?;
-    let lock_ref = lock.object_ref(&());
-    ctx.event_related(&lock_ref, Some(holder_ref.clone()), EventType::Normal, "Granted", note.clone(), "Grant").await;
-    // A pod shows the grant only through this Event (its gate just goes away); a claim's own
-    // status already says Granted, with the token and this note: no second write for it
-    // (issue 12, writes per grant).
+    // A pod grant is an Event on the lock and on the pod (the pod shows the grant only through
+    // it: its gate just goes away). A claim grant is in the claim's status (Granted, the token,
+    // this note) and the lock's status: no Event, which would be one more write per grant for
+    // locks that change hands many times a second (issue 12, writes per grant). What goes wrong
+    // with a claim (its lease expired, it was rejected) still is an Event.
     if g.kind == HolderKind::Pod {
+        let lock_ref = lock.object_ref(&());
+        ctx.event_related(&lock_ref, Some(holder_ref.clone()), EventType::Normal, "Granted", note.clone(), "Grant")
+            .await;
         let pod_note = format!("lock {}: {note}", lock.name_any());
         ctx.event(&holder_ref, EventType::Normal, "LockGranted", pod_note, "Grant").await;
     }
@@ -571,7 +574,8 @@ async fn announce_waiters(
 
 /// Marks every claim of this lock that still shows `Granted` for a grant the Lease (`lease`, as
 /// last written or observed) no longer records as `Expired`: its token is at most the Lease's
-/// token and the Lease does not name it.
+/// token and the Lease does not name it; except the claim whose holder freed the Lease itself
+/// (the Lease names nobody and still carries that claim's token), which its holder deletes.
 /// `released` is the release this reconcile just wrote (its reason goes into the status);
 /// otherwise the reason is `GrantEnded`. The patch carries the claim's UID and the
 /// resourceVersion it was seen with, so a claim that changed since is looked at again by the
@@ -590,6 +594,11 @@ async fn expire_claims(
         .iter()
         .filter(|c| c.kind == HolderKind::Claim && c.phase == Phase::Running && !c.gated)
         .filter(|c| c.token.is_some_and(|t| t <= lease_token) && holder_uid.as_deref() != Some(c.uid.as_str()))
+        // The Lease names nobody, with this claim's token, and this reconcile released nothing:
+        // the claim's holder freed the Lease itself (`LockGuard::release`) and deletes the claim
+        // next. Not an expiry: left alone (if the claim stays, the next grant's higher token
+        // marks it `GrantEnded`).
+        .filter(|c| !(released.is_none() && lease.holder.is_none() && c.token == Some(lease_token)))
         // Only a claim that still shows Granted, as the cache has it at the version decided on
         // (a claim this reconcile just wrote is newer than the cache: left to the next one).
         .filter(|c| {
