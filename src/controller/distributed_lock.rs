@@ -316,8 +316,21 @@ fn candidates_of(ctx: &Context, ns: &str, lock: &str) -> Vec<Candidate> {
         .into_iter()
         .filter(|c| c.namespace().as_deref() == Some(ns) && c.spec.lock == lock)
         .filter_map(|c| candidate_of_claim(&c));
-    pods.chain(claims).collect()
+    let mut written = ctx.holders_written.lock().unwrap_or_else(|e| e.into_inner());
+    written.retain(|_, (_, _, at)| at.elapsed() < HOLDER_CACHE_LAG);
+    pods.chain(claims)
+        .map(|c| match written.get(&c.uid) {
+            // The cache still shows the version this operator's grant patch replaced.
+            Some((replaced, newer, _)) if *replaced == c.resource_version => newer.clone(),
+            _ => c,
+        })
+        .collect()
 }
+
+/// How long a holder as returned by the operator's own grant patch stands in for the cached one
+/// that the patch replaced ([`Context::holders_written`]): longer than a watch event takes to
+/// arrive; after it the cache is trusted again, whatever it shows.
+pub const HOLDER_CACHE_LAG: Duration = Duration::from_secs(10);
 
 /// Whether `pod` is a candidate for `lock`: its `leasehold.dev/lock` annotation names it, or it
 /// was granted it (`leasehold.dev/granted-lock`).
@@ -451,6 +464,10 @@ async fn patch_holder(ctx: &Context, ns: &str, lock: &DistributedLock, g: &Grant
         }
     };
     let holder = holder.ok_or(Error::MissingField("metadata"))?;
+    ctx.holders_written.lock().unwrap_or_else(|e| e.into_inner()).insert(
+        g.uid.clone(),
+        (g.resource_version.clone(), holder.clone(), Instant::now()),
+    );
     // A pod grant is an Event on the lock and on the pod (the pod shows the grant only through
     // it: its gate just goes away). A claim grant is in the claim's status (Granted, the token,
     // this note) and the lock's status: no Event, which would be one more write per grant for

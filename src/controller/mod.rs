@@ -70,6 +70,13 @@ pub struct Context {
     /// write yet (woken by the operator's own Lease write, whose watch event often arrives first)
     /// does not apply the same status again.
     pub status_written: Mutex<HashMap<String, (Instant, u64)>>,
+    /// Per holder UID (pod or claim): the resourceVersion the cache showed when the operator
+    /// patched it for a grant, the holder as that patch returned it, and when. Until the cache
+    /// shows another version (the watch event of that patch arrived) or
+    /// [`distributed_lock::HOLDER_CACHE_LAG`] passed, reconciles read the holder from here: a
+    /// reconcile woken by the grant's own Lease write would otherwise see the holder still
+    /// waiting and patch the same grant again from the older version (a 409 per such reconcile).
+    pub holders_written: Mutex<HashMap<String, (String, crate::lock::grant::Candidate, Instant)>>,
     /// Per lock UID, since when its status has differed from what the lock shows without being
     /// written: a status change waits [`distributed_lock::STATUS_DEBOUNCE`] so that the changes
     /// of one handover (the new holder, then the releaser queueing again) are one write.
@@ -345,6 +352,7 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
         failures: Mutex::default(),
         announced: Mutex::default(),
         status_written: Mutex::default(),
+        holders_written: Mutex::default(),
         status_pending: Mutex::default(),
         failpoint: std::env::var("LEASEHOLD_FAILPOINT").ok(),
     });
