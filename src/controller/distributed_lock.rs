@@ -1,6 +1,7 @@
 //! DistributedLock reconcile: observe (caches) -> decide ([`crate::lock::grant::decide`]) ->
 //! apply (one write) -> repeat on the written objects -> report (status, Events, metrics).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -318,13 +319,16 @@ fn candidates_of(ctx: &Context, ns: &str, lock: &str) -> Vec<Candidate> {
         .filter_map(|c| candidate_of_claim(&c));
     let mut written = ctx.holders_written.lock().unwrap_or_else(|e| e.into_inner());
     written.retain(|_, (_, _, at)| at.elapsed() < HOLDER_CACHE_LAG);
-    pods.chain(claims)
-        .map(|c| match written.get(&c.uid) {
-            // The cache still shows the version this operator's grant patch replaced.
-            Some((replaced, newer, _)) if *replaced == c.resource_version => newer.clone(),
-            _ => c,
-        })
-        .collect()
+    pods.chain(claims).map(|c| newest(c, &written)).collect()
+}
+
+/// `cached`, or the holder as this operator's grant patch returned it when the cache still
+/// shows the version that patch replaced ([`Context::holders_written`]).
+fn newest(cached: Candidate, written: &HashMap<String, (String, Candidate, Instant)>) -> Candidate {
+    match written.get(&cached.uid) {
+        Some((replaced, newer, _)) if *replaced == cached.resource_version => newer.clone(),
+        _ => cached,
+    }
 }
 
 /// How long a holder as returned by the operator's own grant patch stands in for the cached one
@@ -464,10 +468,10 @@ async fn patch_holder(ctx: &Context, ns: &str, lock: &DistributedLock, g: &Grant
         }
     };
     let holder = holder.ok_or(Error::MissingField("metadata"))?;
-    ctx.holders_written.lock().unwrap_or_else(|e| e.into_inner()).insert(
-        g.uid.clone(),
-        (g.resource_version.clone(), holder.clone(), Instant::now()),
-    );
+    ctx.holders_written
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(g.uid.clone(), (g.resource_version.clone(), holder.clone(), Instant::now()));
     // A pod grant is an Event on the lock and on the pod (the pod shows the grant only through
     // it: its gate just goes away). A claim grant is in the claim's status (Granted, the token,
     // this note) and the lock's status: no Event, which would be one more write per grant for
@@ -878,6 +882,40 @@ async fn report_not_ready(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn claim(rv: &str, token: Option<i64>) -> Candidate {
+        Candidate {
+            kind: HolderKind::Claim,
+            name: "c".into(),
+            identity: "c".into(),
+            uid: "uid-c".into(),
+            resource_version: rv.into(),
+            created: Timestamp::UNIX_EPOCH,
+            gated: token.is_none(),
+            node_name: None,
+            node_lost: false,
+            phase: if token.is_some() { Phase::Running } else { Phase::Pending },
+            deleting: false,
+            token,
+            on_busy: crate::lock::policy::BusyPolicy::Wait,
+            max_wait: None,
+            waiting_for: None,
+        }
+    }
+
+    #[test]
+    fn a_holder_just_granted_is_read_from_the_grant_patch_until_the_cache_moves_past_it() {
+        let written = HashMap::from([("uid-c".to_string(), ("5".to_string(), claim("6", Some(7)), Instant::now()))]);
+        // The cache still shows version 5, waiting: the granted version 6 stands in for it.
+        assert_eq!(newest(claim("5", None), &written), claim("6", Some(7)));
+        // The cache caught up, or moved on (the claim changed again): the cache is read.
+        assert_eq!(newest(claim("6", Some(7)), &written), claim("6", Some(7)));
+        assert_eq!(newest(claim("8", None), &written), claim("8", None));
+        // Another object is never replaced.
+        let mut other = claim("5", None);
+        other.uid = "uid-d".into();
+        assert_eq!(newest(other.clone(), &written), other);
+    }
 
     #[test]
     fn the_status_digest_ignores_condition_times_and_the_token_ceiling_only() {
