@@ -884,23 +884,7 @@ mod tests {
     use super::*;
 
     fn claim(rv: &str, token: Option<i64>) -> Candidate {
-        Candidate {
-            kind: HolderKind::Claim,
-            name: "c".into(),
-            identity: "c".into(),
-            uid: "uid-c".into(),
-            resource_version: rv.into(),
-            created: Timestamp::UNIX_EPOCH,
-            gated: token.is_none(),
-            node_name: None,
-            node_lost: false,
-            phase: if token.is_some() { Phase::Running } else { Phase::Pending },
-            deleting: false,
-            token,
-            on_busy: crate::lock::policy::BusyPolicy::Wait,
-            max_wait: None,
-            waiting_for: None,
-        }
+        Candidate { resource_version: rv.into(), ..crate::lock::machine::test_claim("c", 0, token) }
     }
 
     #[test]

@@ -170,13 +170,34 @@ pub fn step(snapshot: &Snapshot, now: Duration, clocks: &Clocks) -> Result<Step,
     Ok(Step { plan, clocks })
 }
 
+/// A claim for unit tests: `name` is also its identity, its UID is `uid-<name>`, created
+/// `created` seconds after the epoch; granted with `token` (phase `Running`, ungated) or waiting
+/// (`None`: gated, `Pending`). Other fields are defaults (no resourceVersion, on-busy `Wait`).
+#[cfg(test)]
+pub(crate) fn test_claim(name: &str, created: i64, token: Option<i64>) -> Candidate {
+    Candidate {
+        kind: HolderKind::Claim,
+        name: name.into(),
+        identity: name.into(),
+        uid: format!("uid-{name}"),
+        resource_version: String::new(),
+        created: k8s_openapi::jiff::Timestamp::from_second(created).unwrap(),
+        gated: token.is_none(),
+        node_name: None,
+        node_lost: false,
+        phase: if token.is_some() { Phase::Running } else { Phase::Pending },
+        deleting: false,
+        token,
+        on_busy: super::policy::BusyPolicy::Wait,
+        max_wait: None,
+        waiting_for: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::jiff::Timestamp;
-
     use super::*;
     use crate::lock::grant::{Decision, Holder, ReleaseReason};
-    use crate::lock::policy::BusyPolicy;
 
     const SETTINGS: Settings = Settings {
         start_timeout: Duration::from_secs(300),
@@ -184,25 +205,7 @@ mod tests {
         lease_duration: Duration::from_secs(15),
     };
 
-    fn claim(name: &str, created: i64, token: Option<i64>) -> Candidate {
-        Candidate {
-            kind: HolderKind::Claim,
-            name: name.into(),
-            identity: name.into(),
-            uid: format!("uid-{name}"),
-            resource_version: String::new(),
-            created: Timestamp::from_second(created).unwrap(),
-            gated: token.is_none(),
-            node_name: None,
-            node_lost: false,
-            phase: if token.is_some() { Phase::Running } else { Phase::Pending },
-            deleting: false,
-            token,
-            on_busy: BusyPolicy::Wait,
-            max_wait: None,
-            waiting_for: None,
-        }
-    }
+    use super::test_claim as claim;
 
     fn snapshot(marker: &str) -> Snapshot {
         Snapshot {
