@@ -652,6 +652,8 @@ fn singleton_cronjob(name: &str, run_for: &str) -> CronJob {
         "metadata": {"name": name, "annotations": {"leasehold.dev/singleton": "true"}},
         "spec": {
             "schedule": "0 0 1 1 *",
+            // Runs are started by hand; suspended, the schedule never adds one.
+            "suspend": true,
             "concurrencyPolicy": "Forbid",
             "jobTemplate": {"spec": {"backoffLimit": 0, "template": {
                 "metadata": {"annotations": {"pod-complete.stage.kwok.x-k8s.io/delay": run_for}},

@@ -14,7 +14,12 @@ fn cronjob(name: &str, annotations: Value, run_for: &str) -> CronJob {
     serde_json::from_value(json!({
         "metadata": {"name": name, "annotations": annotations},
         "spec": {
+            // Every test here starts its runs by hand (`kubectl create job --from=...`). A
+            // schedule that fires mid-test adds a run the test did not ask for: with
+            // `on-busy: skip` it took the lock first and the manual run was skipped (CI,
+            // 2026-12-02). Suspended, the CronJob controller starts nothing by itself.
             "schedule": "*/1 * * * *",
+            "suspend": true,
             "concurrencyPolicy": "Forbid",
             "jobTemplate": {"spec": {"backoffLimit": 0, "template": {
                 "metadata": {"annotations": {"pod-complete.stage.kwok.x-k8s.io/delay": run_for}},
