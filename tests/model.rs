@@ -34,12 +34,18 @@
 //! - **Time**: whole seconds; `leaseDurationSeconds` 3, renew deadline 2, node-loss timeout 3
 //!   (or 1), start timeout 10 000 (effectively off) or 1.
 //!
+//! - **Semaphores** (issue 14): `spec.maxHolders` (1 or 2, or unset: a single-holder lock), one
+//!   Lease per slot, each holder's slot on its pod or claim; someone may change `maxHolders` once
+//!   (lower it, or set it on a single-holder lock).
+//!
 //! Invariants (checked in every run):
-//! - **I1** at most one holder whose work runs, except a holder on a lost node or a holder paused
-//!   past its deadline, and then its token is lower than the other's (a fenced resource rejects
-//!   its late writes);
-//! - **I2** tokens handed to holders of one lock object strictly increase in grant order (never
-//!   repeat); no token is written above that object's reservation; the operator never moves the
+//! - **I1** per slot (a single-holder lock has slot 0 only), at most one holder whose work runs,
+//!   except a holder on a lost node or a holder paused past its deadline, and then its token is
+//!   lower than the other's (a fenced resource rejects its late writes); in all, no more
+//!   non-excused holders than the lock ever allowed, and a semaphore grant whose token was
+//!   reserved on a lock object allowing m holders is handed only while fewer than m others run;
+//! - **I2** tokens handed to holders of one lock object strictly increase in grant order per
+//!   slot and never repeat across slots; no token is written above that object's reservation; the operator never moves the
 //!   Lease's token below one it handed out (a recreated lock may start again at 1 once no holder
 //!   of the old object runs; while one runs, I1 forbids anyone beside it);
 //! - **I3** a waiter is answered once: a waiter marked rejected is never granted afterwards, and
@@ -95,7 +101,7 @@ use k8s_openapi::jiff::Timestamp;
 use leasehold::lock::grant::{
     Candidate, Decision, Grant, Holder, HolderKind, LeaseView, Phase, Reject, RejectReason, Settings,
 };
-use leasehold::lock::machine::{self, Clocks, Snapshot};
+use leasehold::lock::machine::{self, Clocks, SlotLease, Snapshot};
 use leasehold::lock::policy::BusyPolicy;
 use stateright::{Checker, Model, Property};
 
@@ -111,6 +117,8 @@ const REJECT_BUSY: &str = "a skip waiter is rejected (LockBusy)";
 const REJECT_TIMEOUT: &str = "a max-wait waiter is rejected (LockWaitTimeout)";
 const RECREATE_GRANT: &str = "the recreated lock object grants";
 const IDLE_NO_LEASE: &str = "a lock nobody waits for stays without a Lease (it is created at the first grant)";
+const TWO_AT_ONCE: &str = "two holders of a semaphore run at once";
+const CHANGED_GRANT: &str = "a waiter is granted after maxHolders changed";
 const POD_NAMES: [&str; 3] = ["pod-a", "pod-b", "pod-c"];
 const CLAIM_NAMES: [&str; 2] = ["claim-x", "claim-y"];
 
@@ -137,6 +145,13 @@ enum Bug {
     /// (as if tokens counted only for the lock UID that granted them): the bug a replay found on
     /// the real control plane, a recreated lock ungating a second pod with token 1.
     IgnoreOldGrants,
+    /// The token reservation lands whatever resourceVersion it carries (no compare-and-swap):
+    /// two operators reserve from the same ceiling and grant the same token on two semaphore
+    /// slots.
+    ReserveWithoutPrecondition,
+    /// The conversion drops a holder's slot (`leasehold.dev/slot`, claim `status.slot`): every
+    /// holder looks like slot 0's, so slot 1 takes its own holder for gone and grants again.
+    IgnoreSlot,
 }
 
 /// A waiter's `leasehold.dev/on-busy` and `leasehold.dev/max-wait` (claims: `spec.onBusy`,
@@ -173,6 +188,12 @@ struct Config {
     /// Start with the first pod already holding (granted token 1, running): reaches the states
     /// after a handover within a smaller bound.
     start_held: bool,
+    /// With `start_held` on a semaphore: the first this many pods hold, one per slot (0 counts
+    /// as 1).
+    start_held_slots: u8,
+    /// Pods neither start, finish nor go away by themselves (no `PodStarts`, `PodSucceeds`,
+    /// `PodDeleted`, `PodGone`, `PodRecreated`): for runs about grants alone.
+    pods_idle: bool,
     /// The first pod holds but has not started yet (with `start_held`).
     held_pending: bool,
     /// A new lock: no reservation, no Lease; the first pod waits from the start, the others
@@ -182,6 +203,12 @@ struct Config {
     node_loss_secs: u64,
     /// `startTimeoutSeconds`.
     start_timeout_secs: u64,
+    /// `spec.maxHolders` at the start: `None` for a single-holder lock, `Some(n)` (n <= 2) for a
+    /// semaphore with n slots.
+    max_holders: Option<u8>,
+    /// Someone sets `spec.maxHolders` to this (once, at any time): lowering a semaphore, or
+    /// turning a single-holder lock into one ([`Action::MaxHoldersChanged`]).
+    change_max_holders: Option<u8>,
     /// Per pod slot and per claim: its busy policy.
     pod_policy: [Policy; 3],
     claim_policy: [Policy; 2],
@@ -200,14 +227,23 @@ impl Config {
         forge: false,
         recreate: false,
         start_held: false,
+        start_held_slots: 1,
+        pods_idle: false,
         held_pending: false,
         fresh: false,
         node_loss_secs: 3,
         start_timeout_secs: 10_000,
+        max_holders: None,
+        change_max_holders: None,
         pod_policy: [Policy::WAIT; 3],
         claim_policy: [Policy::WAIT; 2],
         bug: None,
     };
+
+    /// How many Lease slots the lock can ever use (1 for a single-holder lock).
+    fn slots(&self) -> usize {
+        usize::from(self.max_holders.unwrap_or(1).max(self.change_max_holders.unwrap_or(1)).max(1))
+    }
 
     fn settings(&self) -> Settings {
         Settings {
@@ -238,6 +274,8 @@ struct LockObj {
     uid: u8,
     ceiling: i64,
     highest: i64,
+    /// `spec.maxHolders`.
+    max_holders: Option<u8>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -266,6 +304,8 @@ struct PodObj {
     /// [`Bug::IgnoreOldGrants`]; the pod's `leasehold.dev/granted-lock` names the lock, not
     /// its UID, so the product cannot tell).
     granted_by: Option<u8>,
+    /// `leasehold.dev/slot`: the semaphore slot of its grant.
+    slot: u8,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -276,6 +316,8 @@ struct ClaimObj {
     token: Option<i64>,
     /// `status.phase: Rejected` (the operator's rejection).
     rejected: bool,
+    /// `status.slot`: the semaphore slot of its grant (whose Lease its process renews).
+    slot: u8,
 }
 
 /// The process behind a claim (`leasehold lock` or a library holder).
@@ -288,11 +330,15 @@ struct ClaimProc {
     paused: bool,
     /// It saw a grant once (a claim is used for one grant).
     done: bool,
+    /// The slot whose Lease it renews (from its claim's status when it learned the grant).
+    slot: u8,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct View {
-    lease: Option<LeaseObj>,
+    /// The Lease of each slot (index 0: the lock's own Lease, the only one of a single-holder
+    /// lock).
+    leases: Vec<Option<LeaseObj>>,
     lock: LockObj,
     pods: Vec<Option<PodObj>>,
     claims: Vec<Option<ClaimObj>>,
@@ -319,8 +365,13 @@ struct World {
     ops: Vec<Operator>,
     procs: Vec<ClaimProc>,
     /// Tokens handed to holders, in grant order, each with the generation of the lock object
-    /// the granting operator acted for (its view's [`LockObj::uid`]).
-    handed: Vec<(u8, i64)>,
+    /// the granting operator acted for (its view's [`LockObj::uid`]) and the slot.
+    handed: Vec<(u8, u8, i64)>,
+    /// `spec.maxHolders` was changed ([`Config::change_max_holders`]).
+    max_changed: bool,
+    /// Token reservations of a semaphore that landed: (from, to, `maxHolders` of the lock
+    /// object they were made on). A grant of a token in (from, to] is checked against that limit.
+    reservations: Vec<(i64, i64, u8)>,
     /// `tokenCeiling` of the deleted lock object (generation 0) once it is recreated.
     old_ceiling: i64,
     faults: u8,
@@ -344,6 +395,8 @@ const REJECTED_TIMEOUT: u8 = 4;
 const GRANTED_AFTER_RECREATE: u8 = 8;
 /// An operator's step ended idle on a lock without a Lease (nobody to grant: none is created).
 const IDLE_WITHOUT_LEASE: u8 = 16;
+/// A holder was granted after `spec.maxHolders` changed.
+const GRANTED_AFTER_CHANGE: u8 = 32;
 const REJECTED_THEN_GRANTED: &str = "I3: a rejected waiter was granted";
 
 /// A kind the operator watches: each kind's cache lags on its own (its own watch).
@@ -389,15 +442,17 @@ enum Action {
     ClaimReleases(usize),
     /// Someone deletes the claim object; its process does not know.
     ClaimDeleted(usize),
-    /// A third party deletes the Lease.
-    LeaseDeleted,
+    /// A third party deletes slot `n`'s Lease.
+    LeaseDeleted(usize),
     /// A third party edits the Lease to name waiting pod `n` with a plausible token.
     LeaseForged(usize),
     /// Someone deletes the lock and creates it again with the same name: a new UID, an empty
     /// status (`tokenCeiling` 0). Pods and claims keep their annotations and tokens.
     LockRecreated,
-    /// The garbage collector deletes a Lease whose owner (the lock object) is gone.
-    LeaseCollected,
+    /// The garbage collector deletes slot `n`'s Lease: its owner (the lock object) is gone.
+    LeaseCollected(usize),
+    /// Someone sets `spec.maxHolders` ([`Config::change_max_holders`]).
+    MaxHoldersChanged,
 }
 
 struct LockModel {
@@ -422,6 +477,7 @@ impl LockModel {
                     token: None,
                     node_lost: false,
                     granted_by: None,
+                    slot: 0,
                 })
             })
             .collect();
@@ -433,28 +489,35 @@ impl LockModel {
                     created: -10 + i as i64,
                     token: None,
                     rejected: false,
+                    slot: 0,
                 })
             })
             .collect();
         // Start where every lock is after its first reconcile: tokens reserved, the Lease
         // created free (the bootstrap path is explored again after a Lease deletion).
         let lease = LeaseObj { rv: 1, holder: None, token: 0, floor: Some(0), renew: None, owner: 0 };
-        let lock = LockObj { rv: 1, uid: 0, ceiling: 1000, highest: 0 };
-        let mut api = View { lease: Some(lease), lock, pods, claims };
+        let lock = LockObj { rv: 1, uid: 0, ceiling: 1000, highest: 0, max_holders: self.cfg.max_holders };
+        // A semaphore's slot Leases too (each is created like the lock's own, lazily, at its
+        // first grant: explored from `fresh` and after a Lease deletion).
+        let mut leases = vec![None; self.cfg.slots()];
+        leases[..usize::from(self.cfg.max_holders.unwrap_or(1).max(1))].fill(Some(lease));
+        let mut api = View { leases, lock, pods, claims };
         if self.cfg.fresh {
-            api.lease = None;
+            api.leases[0] = None;
             api.lock.ceiling = 0;
             api.pods.iter_mut().skip(1).for_each(|p| *p = None);
         }
         let mut handed = vec![];
-        if self.cfg.start_held {
-            let p = api.pods[0].as_mut().unwrap();
+        let held = if self.cfg.start_held { self.cfg.start_held_slots.max(1) } else { 0 };
+        for (k, name) in POD_NAMES.iter().enumerate().take(usize::from(held)) {
+            let p = api.pods[k].as_mut().unwrap();
             let phase = if self.cfg.held_pending { PodPhase::Pending } else { PodPhase::Running };
-            (p.gated, p.phase, p.token, p.granted_by) = (false, phase, Some(1), Some(0));
-            let holder = Some((POD_NAMES[0].to_string(), p.uid.clone(), HolderKind::Pod));
-            api.lease = Some(LeaseObj { rv: 1, holder, token: 1, floor: Some(0), renew: Some(1), owner: 0 });
-            api.lock.highest = 1;
-            handed.push((0, 1));
+            let token = k as i64 + 1;
+            (p.gated, p.phase, p.token, p.granted_by, p.slot) = (false, phase, Some(token), Some(0), k as u8);
+            let holder = Some((name.to_string(), p.uid.clone(), HolderKind::Pod));
+            api.leases[k] = Some(LeaseObj { rv: 1, holder, token, floor: Some(0), renew: Some(1), owner: 0 });
+            api.lock.highest = token;
+            handed.push((0, k as u8, token));
         }
         let op = Operator { cache: api.clone(), session: None, clocks: Clocks::default() };
         World {
@@ -464,6 +527,8 @@ impl LockModel {
             ops: vec![op; self.cfg.operators],
             procs: vec![ClaimProc::default(); self.cfg.claims],
             handed,
+            max_changed: false,
+            reservations: vec![],
             old_ceiling: 0,
             faults: 0,
             restarts: 0,
@@ -514,6 +579,7 @@ fn snapshot(view: &View, fresh_reservation: Option<i64>, cfg: &Config) -> Snapsh
             on_busy,
             max_wait,
             waiting_for: None,
+            slot: if cfg.bug == Some(Bug::IgnoreSlot) { 0 } else { u32::from(p.slot) },
         });
     }
     for (i, c) in view.claims.iter().enumerate() {
@@ -542,9 +608,10 @@ fn snapshot(view: &View, fresh_reservation: Option<i64>, cfg: &Config) -> Snapsh
             on_busy,
             max_wait,
             waiting_for: None,
+            slot: if cfg.bug == Some(Bug::IgnoreSlot) { 0 } else { u32::from(c.slot) },
         });
     }
-    let lease = view.lease.as_ref().map(|l| LeaseView {
+    let lease_view = |l: &LeaseObj| LeaseView {
         holder: l.holder.as_ref().map(|(name, uid, kind)| Holder {
             name: name.clone(),
             uid: Some(uid.clone()),
@@ -553,11 +620,17 @@ fn snapshot(view: &View, fresh_reservation: Option<i64>, cfg: &Config) -> Snapsh
         token: l.token,
         floor: l.floor.unwrap_or(0),
         trusted: l.floor.is_some() && (l.holder.is_none() || l.token > 0),
-    });
+    };
+    let marker = |l: &Option<LeaseObj>| l.as_ref().and_then(|l| l.renew).map(|r| r.to_string());
     Snapshot {
         settings: cfg.settings(),
-        lease,
-        renew_marker: view.lease.as_ref().and_then(|l| l.renew).map(|r| r.to_string()),
+        lease: view.leases[0].as_ref().map(lease_view),
+        renew_marker: marker(&view.leases[0]),
+        extra_slots: view.leases[1..]
+            .iter()
+            .map(|l| SlotLease { lease: l.as_ref().map(lease_view), renew_marker: marker(l) })
+            .collect(),
+        max_holders: view.lock.max_holders.map(u32::from),
         candidates,
         ceiling: view.lock.ceiling,
         highest_token: view.lock.highest,
@@ -577,21 +650,39 @@ impl World {
         if generation == self.api.lock.uid { self.api.lock.ceiling } else { self.old_ceiling }
     }
 
-    /// The last token handed out for lock object `generation`.
-    fn last_handed(&self, generation: u8) -> Option<i64> {
-        self.handed.iter().rev().find(|(g, _)| *g == generation).map(|(_, t)| *t)
+    /// The last token handed out for lock object `generation` in `slot`.
+    fn last_handed(&self, generation: u8, slot: u8) -> Option<i64> {
+        self.handed.iter().rev().find(|(g, k, _)| *g == generation && *k == slot).map(|(_, _, t)| *t)
     }
 
     /// I2 is per lock object: a recreated lock may start again at 1 once no holder of the old
     /// one runs (a holder that still runs is I1's business: nobody else may run beside it).
-    fn hand(&mut self, generation: u8, token: i64) {
-        if self.last_handed(generation).is_some_and(|last| token <= last) {
-            self.broken.get_or_insert("I2: a token handed to a holder is not above every earlier one");
+    /// Per slot, tokens strictly increase in grant order; across the slots of a semaphore no
+    /// token repeats (a single-holder lock has slot 0 only: its tokens strictly increase).
+    fn hand(&mut self, generation: u8, slot: u8, token: i64) {
+        if self.last_handed(generation, slot).is_some_and(|last| token <= last) {
+            self.broken.get_or_insert("I2: a token handed to a holder is not above every earlier one in its slot");
+        }
+        if self.handed.iter().any(|(g, _, t)| *g == generation && *t == token) {
+            self.broken.get_or_insert("I2: a token was handed to two holders");
         }
         if token > self.ceiling_of(generation) {
             self.broken.get_or_insert("I2: a token above the reservation was handed out");
         }
-        self.handed.push((generation, token));
+        // A semaphore grant whose token was reserved on a lock object allowing `m` holders is
+        // handed only while fewer than `m` others' work runs: a lowered maxHolders revokes
+        // nobody, and grants nothing more until fewer than the new limit hold.
+        let limit = self.reservations.iter().find(|(from, to, _)| *from < token && token <= *to).map(|r| r.2);
+        if let Some(m) = limit {
+            let others = self.running().iter().filter(|r| !(r.1 || (r.3 == slot && r.0 == token))).count();
+            if others >= usize::from(m.max(1)) {
+                self.broken.get_or_insert("I1: a grant reserved under maxHolders m was handed while m others ran");
+            }
+        }
+        if self.max_changed {
+            self.events |= GRANTED_AFTER_CHANGE;
+        }
+        self.handed.push((generation, slot, token));
     }
 
     /// The Lease the operator writes: `holder` (or free), keeping the last token when free.
@@ -599,6 +690,7 @@ impl World {
     /// update keeps the one it read).
     fn write_lease(
         &mut self,
+        slot: usize,
         base: Option<&LeaseObj>,
         holder: Option<&Grant>,
         floor: Option<i64>,
@@ -610,7 +702,7 @@ impl World {
         if token > ceiling || floor.is_some_and(|f| f > ceiling) {
             self.broken.get_or_insert("I2: the Lease was written above the reservation");
         }
-        if holder.is_some() && self.last_handed(owner).is_some_and(|last| token < last) {
+        if holder.is_some() && self.last_handed(owner, slot as u8).is_some_and(|last| token < last) {
             self.broken.get_or_insert("I2: the operator moved the Lease's token below one it handed out");
         }
         let lease = LeaseObj {
@@ -621,7 +713,7 @@ impl World {
             renew: holder.map(|_| rv),
             owner,
         };
-        self.api.lease = Some(lease.clone());
+        self.api.leases[slot] = Some(lease.clone());
         lease
     }
 
@@ -635,7 +727,7 @@ impl World {
             Some(s) => s.clone(),
             None => {
                 let cache = &self.ops[n].cache;
-                if cache.lease.as_ref().is_some_and(|l| l.owner != cache.lock.uid) {
+                if cache.leases.iter().flatten().any(|l| l.owner != cache.lock.uid) {
                     return None;
                 }
                 Session { view: cache.clone(), fresh_reservation: None }
@@ -648,7 +740,7 @@ impl World {
         match (cfg.bug, &*d) {
             (Some(Bug::IgnoreStartTimeout), Decision::DeletePod { .. }) => *d = Decision::Idle { requeue_after: None },
             (Some(Bug::NoGrantAfterRelease), Decision::UpdateLease { holder: Some(_), released, floor })
-                if session.view.lease.as_ref().is_some_and(|l| l.token > 0) =>
+                if session.view.leases[0].as_ref().is_some_and(|l| l.token > 0) =>
             {
                 *d = match released {
                     Some(_) => Decision::UpdateLease { holder: None, released: released.clone(), floor: *floor },
@@ -668,11 +760,15 @@ impl World {
             return;
         };
         self.ops[n].clocks = step.clocks;
+        let slot = step.slot as usize;
         let mut view = session.view;
         let mut fresh = None;
         let ok = match step.plan.decision {
             Decision::Reserve { from, to } => {
-                if self.api.lock.rv == view.lock.rv {
+                if self.api.lock.rv == view.lock.rv || bug == Some(Bug::ReserveWithoutPrecondition) {
+                    if let Some(m) = view.lock.max_holders {
+                        self.reservations.push((from, to, m));
+                    }
                     self.api.lock.ceiling = to;
                     self.api.lock.rv = self.rv();
                     view.lock = self.api.lock.clone();
@@ -683,16 +779,16 @@ impl World {
                 }
             }
             Decision::CreateLease { holder, floor } => {
-                if self.api.lease.is_none() {
+                if self.api.leases[slot].is_none() {
                     let owner = view.lock.uid;
-                    view.lease = Some(self.write_lease(None, holder.as_ref(), Some(floor), owner));
+                    view.leases[slot] = Some(self.write_lease(slot, None, holder.as_ref(), Some(floor), owner));
                     true
                 } else {
                     false
                 }
             }
-            Decision::UpdateLease { holder, floor, .. } => self.cas_lease(&mut view, holder.as_ref(), floor, bug),
-            Decision::RepairLease { holder, floor } => self.cas_lease(&mut view, Some(&holder), floor, bug),
+            Decision::UpdateLease { holder, floor, .. } => self.cas_lease(slot, &mut view, holder.as_ref(), floor, bug),
+            Decision::RepairLease { holder, floor } => self.cas_lease(slot, &mut view, Some(&holder), floor, bug),
             Decision::PatchHolder(g) => self.patch_holder(&mut view, &g, bug),
             Decision::DeletePod { name, uid } => {
                 // Graceful deletion with a UID precondition: the object answered (deleting) is
@@ -715,11 +811,11 @@ impl World {
             // that changes nothing ends the session (the real reconcile stops after MAX_STEPS).
             Decision::RejectWaiters(rejects) => self.reject(&mut view, &rejects[0], bug),
             Decision::Idle { .. } => {
-                if view.lease.is_none() {
+                if view.leases[0].is_none() {
                     self.events |= IDLE_WITHOUT_LEASE;
                 }
                 // The status view: server-side apply, no precondition (a stale writer wins).
-                let lease_token = view.lease.as_ref().map_or(0, |l| l.token);
+                let lease_token = view.leases.iter().flatten().map(|l| l.token).max().unwrap_or(0);
                 let highest = view.lock.highest.max(lease_token);
                 if highest != view.lock.highest {
                     self.api.lock.highest = highest;
@@ -775,12 +871,21 @@ impl World {
         true
     }
 
-    fn cas_lease(&mut self, view: &mut View, holder: Option<&Grant>, floor: Option<i64>, bug: Option<Bug>) -> bool {
-        let (Some(seen), Some(current)) = (view.lease.clone(), self.api.lease.clone()) else { return false };
+    fn cas_lease(
+        &mut self,
+        slot: usize,
+        view: &mut View,
+        holder: Option<&Grant>,
+        floor: Option<i64>,
+        bug: Option<Bug>,
+    ) -> bool {
+        let (Some(seen), Some(current)) = (view.leases[slot].clone(), self.api.leases[slot].clone()) else {
+            return false;
+        };
         if seen.rv != current.rv && bug != Some(Bug::LeaseWithoutPrecondition) {
             return false;
         }
-        view.lease = Some(self.write_lease(Some(&seen), holder, floor, current.owner));
+        view.leases[slot] = Some(self.write_lease(slot, Some(&seen), holder, floor, current.owner));
         true
     }
 
@@ -795,7 +900,7 @@ impl World {
                 let Some(p) = self.api.pods[i].as_mut().filter(|p| p.uid == g.uid && rv_ok(p.rv)) else { return false };
                 let rejected = matches!(p.phase, PodPhase::Failed | PodPhase::FailedStopping);
                 let new_grant = p.gated || p.token != Some(g.token);
-                (p.gated, p.token, p.rv) = (false, Some(g.token), rv);
+                (p.gated, p.token, p.rv, p.slot) = (false, Some(g.token), rv, g.slot as u8);
                 if new_grant {
                     p.granted_by = Some(view.lock.uid);
                 }
@@ -804,7 +909,7 @@ impl World {
                     if rejected {
                         self.broken.get_or_insert(REJECTED_THEN_GRANTED);
                     }
-                    self.hand(view.lock.uid, g.token);
+                    self.hand(view.lock.uid, g.slot as u8, g.token);
                     if view.lock.uid > 0 {
                         self.events |= GRANTED_AFTER_RECREATE;
                     }
@@ -818,13 +923,13 @@ impl World {
                     return false;
                 };
                 let new_grant = c.token != Some(g.token);
-                (c.token, c.rv) = (Some(g.token), rv);
+                (c.token, c.rv, c.slot) = (Some(g.token), rv, g.slot as u8);
                 view.claims[i] = Some(c.clone());
                 if new_grant && c.rejected {
                     self.broken.get_or_insert(REJECTED_THEN_GRANTED);
                 }
                 if new_grant {
-                    self.hand(view.lock.uid, g.token);
+                    self.hand(view.lock.uid, g.slot as u8, g.token);
                     if view.lock.uid > 0 {
                         self.events |= GRANTED_AFTER_RECREATE;
                     }
@@ -837,7 +942,7 @@ impl World {
     fn kind_differs(&self, n: usize, k: &Kind) -> bool {
         let (c, a) = (&self.ops[n].cache, &self.api);
         match k {
-            Kind::Lease => c.lease != a.lease,
+            Kind::Lease => c.leases != a.leases,
             Kind::Lock => c.lock != a.lock,
             Kind::Pods => c.pods != a.pods,
             Kind::Claims => c.claims != a.claims,
@@ -847,9 +952,8 @@ impl World {
     /// Renewal by claim `i`'s process: succeeds while the Lease names it.
     fn renew(&mut self, i: usize) -> bool {
         let uid = format!("{}-0", CLAIM_NAMES[i]);
-        let names_it = self
-            .api
-            .lease
+        let slot = usize::from(self.procs[i].slot);
+        let names_it = self.api.leases[slot]
             .as_ref()
             .and_then(|l| l.holder.as_ref())
             .is_some_and(|(n, u, _)| n == CLAIM_NAMES[i] && *u == uid);
@@ -857,17 +961,17 @@ impl World {
             return false;
         }
         let rv = self.rv();
-        let lease = self.api.lease.as_mut().unwrap();
+        let lease = self.api.leases[slot].as_mut().unwrap();
         (lease.rv, lease.renew) = (rv, Some(rv));
         self.procs[i].last_renew = self.now;
         true
     }
 
-    /// Holders whose work runs now: (token, excused) where excused means a lost node or a
-    /// process paused past its renew deadline. An ungated pod counts from the moment it is
-    /// ungated (it may start at any time), unless it was deleted before it started:
+    /// Holders whose work runs now: (token, excused, name, slot) where excused means a lost
+    /// node or a process paused past its renew deadline. An ungated pod counts from the moment
+    /// it is ungated (it may start at any time), unless it was deleted before it started:
     /// kube-scheduler never binds a terminating pod.
-    fn running(&self) -> Vec<(i64, bool, String)> {
+    fn running(&self) -> Vec<(i64, bool, String, u8)> {
         let mut out = vec![];
         for (i, p) in self.api.pods.iter().enumerate() {
             if let Some(p) = p
@@ -875,12 +979,12 @@ impl World {
                 && (matches!(p.phase, PodPhase::Running | PodPhase::FailedStopping)
                     || (p.phase == PodPhase::Pending && !p.deleting))
             {
-                out.push((p.token.unwrap_or(0), p.node_lost, POD_NAMES[i].to_string()));
+                out.push((p.token.unwrap_or(0), p.node_lost, POD_NAMES[i].to_string(), p.slot));
             }
         }
         for (i, c) in self.procs.iter().enumerate() {
             if let Some(t) = c.holding {
-                out.push((t, self.now >= c.last_renew + RENEW_DEADLINE, CLAIM_NAMES[i].to_string()));
+                out.push((t, self.now >= c.last_renew + RENEW_DEADLINE, CLAIM_NAMES[i].to_string(), c.slot));
             }
         }
         out
@@ -899,13 +1003,17 @@ impl World {
     /// which may run for ever; a claim process that holds). A pod ungated but never started is no
     /// such holder: the start timeout must reclaim it.
     fn stuck_waiters(&self, cfg: &Config) -> Vec<&'static str> {
-        let runs = self
+        // A waiter legitimately queues while the lock is full: as many holders' work runs as
+        // the lock may have (`maxHolders` as it is now; 1 for a single-holder lock).
+        let ran = self
             .api
             .pods
             .iter()
             .flatten()
-            .any(|p| !p.gated && matches!(p.phase, PodPhase::Running | PodPhase::FailedStopping))
-            || self.procs.iter().any(|p| p.holding.is_some());
+            .filter(|p| !p.gated && matches!(p.phase, PodPhase::Running | PodPhase::FailedStopping))
+            .count()
+            + self.procs.iter().filter(|p| p.holding.is_some()).count();
+        let runs = ran >= usize::from(self.api.lock.max_holders.unwrap_or(1).max(1));
         let queues = |p: Policy| runs && !p.skip && p.max_wait.is_none();
         let mut stuck = vec![];
         for (i, p) in self.api.pods.iter().enumerate() {
@@ -931,7 +1039,7 @@ impl World {
             return stuck;
         }
         let env_owes =
-            self.api.lease.as_ref().is_some_and(|l| l.owner != self.api.lock.uid)
+            self.api.leases.iter().flatten().any(|l| l.owner != self.api.lock.uid)
                 || self
                     .api
                     .pods
@@ -954,9 +1062,17 @@ impl World {
     }
 }
 
-fn mutual_exclusion(w: &World) -> bool {
+/// I1: per slot, at most one holder whose work runs, except an excused one (lost node, paused
+/// past its deadline) with a token below the other's; and no more non-excused holders than the
+/// lock ever allowed (a lowered `maxHolders` revokes nobody). A single-holder lock has slot 0
+/// only.
+fn mutual_exclusion(w: &World, cfg: &Config) -> bool {
     let running = w.running();
-    running.iter().enumerate().all(|(i, a)| running[i + 1..].iter().all(|b| (a.1 && a.0 < b.0) || (b.1 && b.0 < a.0)))
+    let per_slot = running
+        .iter()
+        .enumerate()
+        .all(|(i, a)| running[i + 1..].iter().filter(|b| b.3 == a.3).all(|b| (a.1 && a.0 < b.0) || (b.1 && b.0 < a.0)));
+    per_slot && running.iter().filter(|r| !r.1).count() <= cfg.slots()
 }
 
 impl Model for LockModel {
@@ -986,19 +1102,20 @@ impl Model for LockModel {
             out.push(Action::Tick);
         }
         let fault = w.faults < self.cfg.faults;
+        let lives = !self.cfg.pods_idle;
         for (i, p) in w.api.pods.iter().enumerate() {
             match p {
                 Some(p) => {
-                    if !p.gated && !p.deleting && p.phase == PodPhase::Pending {
+                    if lives && !p.gated && !p.deleting && p.phase == PodPhase::Pending {
                         out.push(Action::PodStarts(i));
                     }
-                    if p.phase == PodPhase::Running && !p.node_lost {
+                    if lives && p.phase == PodPhase::Running && !p.node_lost {
                         out.push(Action::PodSucceeds(i));
                     }
-                    if !p.deleting && p.phase != PodPhase::Succeeded {
+                    if lives && !p.deleting && p.phase != PodPhase::Succeeded {
                         out.push(Action::PodDeleted(i));
                     }
-                    if p.deleting && !p.node_lost {
+                    if lives && p.deleting && !p.node_lost {
                         out.push(Action::PodGone(i));
                     }
                     if p.phase == PodPhase::FailedStopping && !p.node_lost {
@@ -1011,7 +1128,7 @@ impl Model for LockModel {
                         out.push(Action::LeaseForged(i));
                     }
                 }
-                None if w.recreated & (1 << i) == 0 => out.push(Action::PodRecreated(i)),
+                None if lives && w.recreated & (1 << i) == 0 => out.push(Action::PodRecreated(i)),
                 None => {}
             }
         }
@@ -1034,14 +1151,19 @@ impl Model for LockModel {
                 out.push(Action::ClaimDeleted(i));
             }
         }
-        if fault && w.api.lease.is_some() {
-            out.push(Action::LeaseDeleted);
+        for (k, lease) in w.api.leases.iter().enumerate() {
+            if fault && lease.is_some() {
+                out.push(Action::LeaseDeleted(k));
+            }
+            if lease.as_ref().is_some_and(|l| l.owner != w.api.lock.uid) {
+                out.push(Action::LeaseCollected(k));
+            }
         }
         if fault && self.cfg.recreate && w.api.lock.uid == 0 {
             out.push(Action::LockRecreated);
         }
-        if w.api.lease.as_ref().is_some_and(|l| l.owner != w.api.lock.uid) {
-            out.push(Action::LeaseCollected);
+        if self.cfg.change_max_holders.is_some() && !w.max_changed {
+            out.push(Action::MaxHoldersChanged);
         }
     }
 
@@ -1052,7 +1174,7 @@ impl Model for LockModel {
             Action::Sync(n, o) => {
                 let (api, cache) = (&w.api, &mut w.ops[n].cache);
                 match o {
-                    Kind::Lease => cache.lease = api.lease.clone(),
+                    Kind::Lease => cache.leases = api.leases.clone(),
                     Kind::Lock => cache.lock = api.lock.clone(),
                     Kind::Pods => cache.pods = api.pods.clone(),
                     Kind::Claims => cache.claims = api.claims.clone(),
@@ -1103,6 +1225,7 @@ impl Model for LockModel {
                     token: None,
                     node_lost: false,
                     granted_by: None,
+                    slot: 0,
                 });
             }
             Action::NodeLost(i) => {
@@ -1112,7 +1235,9 @@ impl Model for LockModel {
                 (p.node_lost, p.rv) = (true, rv);
             }
             Action::ClaimLearns(i) => {
-                let token = w.api.claims[i].as_ref()?.token?;
+                let claim = w.api.claims[i].as_ref()?;
+                let token = claim.token?;
+                w.procs[i].slot = claim.slot;
                 w.procs[i].done = true;
                 let start = w.now;
                 if w.renew(i) {
@@ -1137,11 +1262,14 @@ impl Model for LockModel {
             }
             Action::ClaimReleases(i) => {
                 w.procs[i].holding = None;
-                let names_it =
-                    w.api.lease.as_ref().and_then(|l| l.holder.as_ref()).is_some_and(|(n, _, _)| n == CLAIM_NAMES[i]);
+                let slot = usize::from(w.procs[i].slot);
+                let names_it = w.api.leases[slot]
+                    .as_ref()
+                    .and_then(|l| l.holder.as_ref())
+                    .is_some_and(|(n, _, _)| n == CLAIM_NAMES[i]);
                 if names_it {
                     let rv = w.rv();
-                    let lease = w.api.lease.as_mut().unwrap();
+                    let lease = w.api.leases[slot].as_mut().unwrap();
                     (lease.holder, lease.renew, lease.rv) = (None, None, rv);
                 }
             }
@@ -1149,9 +1277,9 @@ impl Model for LockModel {
                 w.faults += 1;
                 w.api.claims[i] = None;
             }
-            Action::LeaseDeleted => {
+            Action::LeaseDeleted(k) => {
                 w.faults += 1;
-                w.api.lease = None;
+                w.api.leases[k] = None;
             }
             Action::LeaseForged(i) => {
                 w.faults += 1;
@@ -1159,24 +1287,31 @@ impl Model for LockModel {
                 let p = w.api.pods[i].as_ref()?;
                 let token = w.api.lock.highest + 1;
                 let holder = Some((POD_NAMES[i].to_string(), p.uid.clone(), HolderKind::Pod));
-                let floor = w.api.lease.as_ref().and_then(|l| l.floor).or(Some(0));
-                let owner = w.api.lease.as_ref().map_or(w.api.lock.uid, |l| l.owner);
-                w.api.lease = Some(LeaseObj { rv, holder, token, floor, renew: Some(rv), owner });
+                let floor = w.api.leases[0].as_ref().and_then(|l| l.floor).or(Some(0));
+                let owner = w.api.leases[0].as_ref().map_or(w.api.lock.uid, |l| l.owner);
+                w.api.leases[0] = Some(LeaseObj { rv, holder, token, floor, renew: Some(rv), owner });
             }
             Action::LockRecreated => {
                 w.faults += 1;
                 w.old_ceiling = w.api.lock.ceiling;
                 let rv = w.rv();
-                w.api.lock = LockObj { rv, uid: 1, ceiling: 0, highest: 0 };
+                w.api.lock = LockObj { rv, uid: 1, ceiling: 0, highest: 0, max_holders: w.api.lock.max_holders };
             }
-            Action::LeaseCollected => w.api.lease = None,
+            Action::LeaseCollected(k) => w.api.leases[k] = None,
+            Action::MaxHoldersChanged => {
+                w.max_changed = true;
+                let rv = w.rv();
+                (w.api.lock.max_holders, w.api.lock.rv) = (self.cfg.change_max_holders, rv);
+            }
         }
         Some(w)
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
         vec![
-            Property::always(I1, |_, w: &World| mutual_exclusion(w)),
+            Property::always(I1, |m: &LockModel, w: &World| {
+                mutual_exclusion(w, &m.cfg) && !w.broken.is_some_and(|b| b.starts_with("I1"))
+            }),
             Property::always(I2, |_, w: &World| !w.broken.is_some_and(|b| b.starts_with("I2"))),
             Property::always(I3, |_, w: &World| !w.broken.is_some_and(|b| b.starts_with("I3"))),
             Property::always(I4, |m: &LockModel, w: &World| w.stuck_waiters(&m.cfg).is_empty()),
@@ -1186,6 +1321,8 @@ impl Model for LockModel {
             Property::sometimes(REJECT_TIMEOUT, |_, w: &World| w.events & REJECTED_TIMEOUT != 0),
             Property::sometimes(RECREATE_GRANT, |_, w: &World| w.events & GRANTED_AFTER_RECREATE != 0),
             Property::sometimes(IDLE_NO_LEASE, |_, w: &World| w.events & IDLE_WITHOUT_LEASE != 0),
+            Property::sometimes(CHANGED_GRANT, |_, w: &World| w.events & GRANTED_AFTER_CHANGE != 0),
+            Property::sometimes(TWO_AT_ONCE, |_, w: &World| w.running().iter().filter(|r| !r.1).count() >= 2),
         ]
     }
 }
@@ -1226,7 +1363,7 @@ fn trace(checker: &impl Checker<LockModel>, property: &'static str) -> Option<St
     for (state, action) in path.into_vec() {
         if let Some(a) = action {
             let _ =
-                writeln!(out, "  {a:?}   (now={} Lease={:?} handed={:?})", state.now, state.api.lease, state.handed);
+                writeln!(out, "  {a:?}   (now={} Leases={:?} handed={:?})", state.now, state.api.leases, state.handed);
         }
     }
     let last = checker.discovery(property)?.last_state().clone();
@@ -1425,6 +1562,86 @@ fn a_recreated_lock_never_ignores_a_holder_of_the_old_object() {
 fn a_planted_bug_ignoring_the_old_objects_holder_is_caught() {
     let cfg = Config { pods: 2, recreate: true, start_held: true, restarts: 0, ..Config::BASE };
     planted_violates(Bug::IgnoreOldGrants, cfg, 11, I1);
+}
+
+/// A semaphore (issue 14) with two slots, one operator: a pod and a claim queue for it, time
+/// passes (the claim renews, expires, is paused or deleted), a restart, a fault (a slot's Lease
+/// deleted, a node lost). Per slot at most one holder runs and its tokens increase (I1, I2); no
+/// token is handed twice across the slots (I2); a waiter is answered once the lock has room (I4).
+#[test]
+fn semaphore_one_operator_claims_time_faults_and_a_restart() {
+    let cfg = Config { pods: 1, claims: 1, max_time: 3, max_holders: Some(2), ..Config::BASE };
+    assert_safe("semaphore", cfg, 10, &[TWO_AT_ONCE]);
+}
+
+/// A semaphore with two slots and two operators whose caches lag: two pods granted side by
+/// side, never the same token, never two in one slot.
+#[test]
+fn semaphore_two_operators_lagging_caches() {
+    let cfg = Config { pods: 2, operators: 2, restarts: 0, faults: 0, max_holders: Some(2), ..Config::BASE };
+    assert_safe("semaphore-two-operators", cfg, 9, &[TWO_AT_ONCE]);
+}
+
+/// Lowering `maxHolders` from 2 to 1 while two hold revokes nobody, and nothing is granted to
+/// the waiter until neither holds (a grant reserved under the new limit is checked against it).
+#[test]
+fn lowering_max_holders_revokes_nobody_and_grants_nothing_until_below_the_limit() {
+    let cfg = Config {
+        pods: 3,
+        restarts: 0,
+        faults: 0,
+        start_held: true,
+        start_held_slots: 2,
+        max_holders: Some(2),
+        change_max_holders: Some(1),
+        ..Config::BASE
+    };
+    assert_safe("semaphore-lowered", cfg, 9, &[CHANGED_GRANT]);
+}
+
+/// Turning a single-holder lock into a semaphore (`maxHolders: 2` set while its one holder
+/// runs, two operators whose caches lag) never hands a token twice: a stale operator still on
+/// the single-holder rules can only use tokens of its own reserved block, below every
+/// semaphore token.
+#[test]
+fn turning_a_lock_into_a_semaphore_never_repeats_a_token() {
+    let cfg = Config {
+        pods: 2,
+        operators: 2,
+        restarts: 0,
+        faults: 0,
+        start_held: true,
+        change_max_holders: Some(2),
+        ..Config::BASE
+    };
+    assert_safe("semaphore-raised", cfg, 10, &[TWO_AT_ONCE, CHANGED_GRANT]);
+}
+
+/// The checker can fail I2 on a semaphore: without the compare-and-swap on the token
+/// reservation, two operators reserve from the same ceiling and hand the same token to holders
+/// of two slots.
+#[test]
+fn a_planted_bug_semaphore_reservation_without_precondition_is_caught() {
+    let cfg =
+        Config { pods: 2, operators: 2, restarts: 0, faults: 0, pods_idle: true, max_holders: Some(2), ..Config::BASE };
+    planted_violates(Bug::ReserveWithoutPrecondition, cfg, 9, I2);
+}
+
+/// The checker can fail I1 on a semaphore: a conversion that forgets which slot a holder holds
+/// lets slot 1 take its holder for gone and grant a second pod in that slot beside it.
+#[test]
+fn a_planted_bug_semaphore_ignoring_the_slot_is_caught() {
+    let cfg = Config {
+        pods: 3,
+        restarts: 0,
+        faults: 0,
+        start_held: true,
+        start_held_slots: 2,
+        pods_idle: true,
+        max_holders: Some(2),
+        ..Config::BASE
+    };
+    planted_violates(Bug::IgnoreSlot, cfg, 7, I1);
 }
 
 /// Runs `cfg` with `bug` planted and asserts the checker finds a counterexample to `property`.

@@ -99,6 +99,8 @@ async fn reconcile_lock(lock: Arc<DistributedLock>, ctx: Arc<Context>, started: 
         settings,
         lease: None,
         renew_marker: None,
+        extra_slots: vec![],
+        max_holders: None,
         candidates,
         ceiling: 0,
         highest_token: 0,
@@ -383,6 +385,7 @@ pub fn candidate_of_pod(p: &Pod, lock: &str, node_lost: bool) -> Option<Candidat
         on_busy: policy::parse_on_busy(ann(policy::ON_BUSY_ANNOTATION)).unwrap_or_default(),
         max_wait: policy::parse_max_wait(ann(policy::MAX_WAIT_ANNOTATION)).unwrap_or_default(),
         waiting_for: None,
+        slot: 0,
     })
 }
 
@@ -416,6 +419,7 @@ pub fn candidate_of_claim(c: &DistributedLockClaim) -> Option<Candidate> {
         },
         max_wait: c.spec.max_wait_seconds.filter(|s| *s > 0).map(|s| Duration::from_secs(s as u64)),
         waiting_for: None,
+        slot: 0,
     })
 }
 

@@ -59,6 +59,20 @@ pub fn reserve(ceiling: i64, token: i64) -> Result<i64, TokenExhausted> {
     base.checked_add(RESERVATION_BLOCK).ok_or(TokenExhausted(base))
 }
 
+/// The new ceiling when a semaphore reserves exactly the one token it grants next: at least
+/// `token`, and above `ceiling` (issue 14: each grant of a semaphore takes its token by its own
+/// compare-and-swap on the ceiling, so two slots never issue the same token).
+///
+/// # Errors
+/// [`TokenExhausted`] when the result would pass [`MAX_TOKEN`].
+pub fn reserve_one(ceiling: i64, token: i64) -> Result<i64, TokenExhausted> {
+    let base = ceiling.max(0);
+    match base.checked_add(1) {
+        Some(n) if n.max(token) <= MAX_TOKEN => Ok(n.max(token)),
+        _ => Err(TokenExhausted(base.max(token))),
+    }
+}
+
 /// Parses a token annotation value. Returns `None` for anything that is not a positive decimal
 /// integer (a hand-edited annotation must not crash the operator, nor become a token).
 pub fn parse_token(value: &str) -> Option<i64> {
@@ -76,6 +90,13 @@ mod tests {
         assert_eq!(next_token(7, 1000), Ok(1001));
         assert_eq!(next_token(2000, 1000), Ok(2001));
         assert_eq!(next_token(-5, -9), Ok(1));
+    }
+
+    #[test]
+    fn a_semaphore_reserves_exactly_the_token_it_grants() {
+        assert_eq!(reserve_one(1000, 7), Ok(1001));
+        assert_eq!(reserve_one(5, 9), Ok(9));
+        assert_eq!(reserve_one(MAX_TOKEN, 0), Err(TokenExhausted(MAX_TOKEN)));
     }
 
     #[test]

@@ -112,6 +112,11 @@ pub struct Candidate {
     pub max_wait: Option<Duration>,
     /// How long this operator has seen the pod waiting (monotonic clock); `None` if unknown.
     pub waiting_for: Option<Duration>,
+    /// The slot of a semaphore (`spec.maxHolders`) its grant is recorded in: the pod's
+    /// `leasehold.dev/slot` annotation or the claim's `status.slot`; 0 when missing (every grant
+    /// of a single-holder lock, and of locks from before semaphores, is slot 0). Meaningless
+    /// while the candidate waits.
+    pub slot: u32,
 }
 
 impl Candidate {
@@ -193,6 +198,10 @@ pub struct Observation<'a> {
     pub holder_node_lost_for: Option<Duration>,
     /// For a claim holder: how long since the operator last saw the Lease's `renewTime` change.
     pub holder_renewed_ago: Option<Duration>,
+    /// Every holder the lock may have holds (always true for a single-holder lock while its
+    /// Lease names a holder): only then does a waiter with `on-busy: skip` find the lock busy.
+    /// A semaphore slot's decision sets it from all slots ([`crate::lock::machine::step`]).
+    pub at_capacity: bool,
 }
 
 /// A grant: this pod holds the lock with this token.
@@ -212,6 +221,9 @@ pub struct Grant {
     pub resource_version: String,
     /// Fencing token.
     pub token: i64,
+    /// The slot whose Lease records the grant (0 for a single-holder lock; see
+    /// [`Candidate::slot`]).
+    pub slot: u32,
 }
 
 /// Why a holder stopped holding.
@@ -424,7 +436,7 @@ pub fn decide(obs: &Observation<'_>) -> Result<Plan, TokenExhausted> {
             return Ok(holding(g, decision, waiters));
         }
         HolderState::Holds(g) => {
-            let rejects = rejections(&waiters, &g);
+            let rejects = rejections(&waiters, &g, obs.at_capacity);
             let decision = if rejects.is_empty() {
                 Decision::Idle { requeue_after: min_some(next_timeout(obs), next_wait_expiry(&waiters)) }
             } else {
@@ -555,6 +567,7 @@ fn holder_state(obs: &Observation<'_>, lease: &LeaseView, has_waiters: bool) -> 
             uid: h.uid.clone().unwrap_or_default(),
             resource_version: String::new(),
             token: lease.token,
+            slot: 0,
         });
     }
     let Some(c) = found else { return release(ReleaseReason::Gone) };
@@ -591,13 +604,14 @@ fn holder_state(obs: &Observation<'_>, lease: &LeaseView, has_waiters: bool) -> 
     HolderState::Holds(g)
 }
 
-/// Waiters that give up while `holder` holds: skip policy, or max-wait reached.
-fn rejections(waiters: &[&Candidate], holder: &Grant) -> Vec<Reject> {
+/// Waiters that give up while `holder` holds: skip policy (only when the lock is `at_capacity`),
+/// or max-wait reached.
+fn rejections(waiters: &[&Candidate], holder: &Grant, at_capacity: bool) -> Vec<Reject> {
     waiters
         .iter()
         .filter(|w| w.uid != holder.uid)
         .filter_map(|w| {
-            let reason = if w.on_busy == BusyPolicy::Skip {
+            let reason = if w.on_busy == BusyPolicy::Skip && at_capacity {
                 RejectReason::LockBusy
             } else if w.max_wait.zip(w.waiting_for).is_some_and(|(max, waited)| waited >= max) {
                 RejectReason::LockWaitTimeout
@@ -659,6 +673,7 @@ fn grant_for(c: &Candidate, token: i64) -> Grant {
         uid: c.uid.clone(),
         resource_version: c.resource_version.clone(),
         token,
+        slot: 0,
     }
 }
 

@@ -20,19 +20,35 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use super::fencing::TokenExhausted;
-use super::grant::{self, Candidate, HolderKind, LeaseView, Observation, Phase, Plan, Settings};
+use super::fencing::{self, TokenExhausted};
+use super::grant::{self, Candidate, Decision, Grant, HolderKind, LeaseView, Observation, Phase, Plan, Settings};
+
+/// One semaphore slot's Lease, as observed.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct SlotLease {
+    /// The slot's Lease, `None` if it does not exist.
+    pub lease: Option<LeaseView>,
+    /// Its `spec.renewTime` as written (see [`Snapshot::renew_marker`]).
+    pub renew_marker: Option<String>,
+}
 
 /// What one step needs to know about one lock: one consistent view of its objects.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Snapshot {
     /// The lock's timeouts.
     pub settings: Settings,
-    /// The lock's Lease, `None` if it does not exist.
+    /// The lock's Lease (slot 0 of a semaphore), `None` if it does not exist.
     pub lease: Option<LeaseView>,
     /// The Lease's `spec.renewTime` as written (any text that changes with every renewal; the
     /// model uses a counter). A change restarts a claim holder's expiry clock.
     pub renew_marker: Option<String>,
+    /// The Leases of slots 1, 2, ... of a semaphore (`extra_slots[k - 1]` is slot k), as far as
+    /// they exist; empty for a single-holder lock.
+    pub extra_slots: Vec<SlotLease>,
+    /// `spec.maxHolders`: `None` for a single-holder lock (one Lease, tokens taken from a
+    /// reserved block), `Some(n)` for a semaphore (up to n holders, one Lease per slot, each
+    /// grant's token reserved by its own compare-and-swap on the ceiling). 0 counts as 1.
+    pub max_holders: Option<u32>,
     /// Pods and claims that ask for (or hold) the lock, in any order.
     pub candidates: Vec<Candidate>,
     /// The lock's `status.tokenCeiling`.
@@ -53,6 +69,17 @@ impl Snapshot {
             None => self.candidates.push(c),
         }
     }
+
+    /// Slot `k`'s Lease and renew marker.
+    fn slot(&self, k: u32) -> (Option<&LeaseView>, Option<&String>) {
+        match k {
+            0 => (self.lease.as_ref(), self.renew_marker.as_ref()),
+            k => self
+                .extra_slots
+                .get(k as usize - 1)
+                .map_or((None, None), |s| (s.lease.as_ref(), s.renew_marker.as_ref())),
+        }
+    }
 }
 
 /// The clock state one operator process remembers for one lock between steps. Starts empty
@@ -60,10 +87,16 @@ impl Snapshot {
 /// clock, in the same units as the `now` given to [`step`].
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Clocks {
-    /// The holder being timed, if the Lease names one that is among the candidates.
-    holder: Option<HolderClock>,
+    /// Per slot (0 for a single-holder lock): its holder's clocks.
+    slots: BTreeMap<u32, SlotClocks>,
     /// Waiter UID -> when first seen waiting (for `max-wait`).
     waiting_since: BTreeMap<String, Duration>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+struct SlotClocks {
+    /// The holder being timed, if the slot's Lease names one that is among the candidates.
+    holder: Option<HolderClock>,
     /// Node name -> when the holder's node was first seen not Ready (or missing).
     node_lost_since: BTreeMap<String, Duration>,
 }
@@ -82,16 +115,45 @@ struct HolderClock {
 /// decision, and what status shows) and the clock state to remember.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Step {
-    /// The decision and the status view.
+    /// The decision and the status view. `plan.holder` is the lowest slot's holder; every
+    /// holder is in [`Step::holders`].
     pub plan: Plan,
+    /// The slot whose Lease the decision's Lease write (create, update, repair) goes to; 0 for a
+    /// single-holder lock and for decisions that write no Lease.
+    pub slot: u32,
+    /// Every holder, by slot (at most one per slot).
+    pub holders: Vec<Grant>,
     /// Clock state to pass to the next step for this lock.
     pub clocks: Clocks,
+}
+
+/// What the clocks say about one slot's holder.
+#[derive(Clone, Copy, Default)]
+struct Timers {
+    pending_for: Option<Duration>,
+    node_lost_for: Option<Duration>,
+    renewed_ago: Option<Duration>,
 }
 
 /// Decides the next write for one lock.
 ///
 /// `now` is the caller's monotonic time (never goes backwards within one process); `clocks`
 /// is what the previous step for this lock returned (or the default).
+///
+/// A single-holder lock (`max_holders` `None`) is decided by [`grant::decide`] on its one Lease.
+/// A semaphore (issue 14) is decided slot by slot, each slot by [`grant::decide`] on its own
+/// Lease and a view of the candidates that holds that slot's holders (their `slot`) and the
+/// waiters (a waiter some slot's Lease already names, its grant not finished yet, only in the
+/// lowest such slot's view); the first slot that has a write to do gets the step. On top of
+/// what each slot decides:
+/// - a slot grants only while fewer than `max_holders` other slots hold and its number is below
+///   `max_holders` (lowering `maxHolders` revokes nobody: slots above it grant nothing more);
+/// - every grant's token is reserved by itself: the step first raises the ceiling to exactly
+///   that token by compare-and-swap ([`Decision::Reserve`]), then grants the token above the
+///   ceiling it raised from. Two slots (or two operator processes) therefore never issue the
+///   same token, and each token is above every token whose grant finished before it was
+///   reserved;
+/// - a waiter with `on-busy: skip` finds the lock busy only when every slot it may grant holds.
 ///
 /// # Errors
 /// [`TokenExhausted`] when the next token would not fit in an `int64`.
@@ -109,7 +171,120 @@ pub fn step(snapshot: &Snapshot, now: Duration, clocks: &Clocks) -> Result<Step,
     let waiting: BTreeSet<&str> = candidates.iter().filter(|c| c.is_waiter()).map(|c| c.uid.as_str()).collect();
     clocks.waiting_since.retain(|uid, _| waiting.contains(uid.as_str()));
 
-    let lease_holder = snapshot.lease.as_ref().and_then(|l| l.holder.as_ref());
+    let Some(max_holders) = snapshot.max_holders else {
+        clocks.slots.retain(|k, _| *k == 0);
+        let (lease, marker) = snapshot.slot(0);
+        let timers = time_holder(lease, marker, &candidates, now, clocks.slots.entry(0).or_default());
+        let plan = decide_slot(snapshot, lease, &candidates, timers, true)?;
+        let holders = plan.holder.iter().cloned().collect();
+        return Ok(Step { plan, slot: 0, holders, clocks });
+    };
+    let limit = max_holders.max(1);
+    let slots = limit.max(1 + snapshot.extra_slots.len() as u32);
+    clocks.slots.retain(|k, _| *k < slots);
+
+    // Which slot a waiter belongs to while its grant is half done: the lowest whose Lease names it.
+    let named_in = |c: &Candidate| {
+        (0..slots).find(|k| {
+            snapshot
+                .slot(*k)
+                .0
+                .and_then(|l| l.holder.as_ref())
+                .is_some_and(|h| h.name == c.identity && h.uid.as_ref() == Some(&c.uid))
+        })
+    };
+    let in_slot = |c: &Candidate, k: u32| if c.gated { named_in(c).is_none_or(|j| j == k) } else { c.slot == k };
+    let views: Vec<Vec<Candidate>> =
+        (0..slots).map(|k| candidates.iter().filter(|c| in_slot(c, k)).cloned().collect()).collect();
+    let timers: Vec<Timers> = (0..slots)
+        .map(|k| {
+            let (lease, marker) = snapshot.slot(k);
+            time_holder(lease, marker, &views[k as usize], now, clocks.slots.entry(k).or_default())
+        })
+        .collect();
+    // First pass: who holds which slot.
+    let mut held = vec![false; slots as usize];
+    for k in 0..slots {
+        let plan = decide_slot(snapshot, snapshot.slot(k).0, &views[k as usize], timers[k as usize], true)?;
+        held[k as usize] = plan.holder.is_some();
+    }
+    let holding = held.iter().filter(|h| **h).count() as u32;
+    // Second pass: each slot decides with what it may do.
+    let mut plans = Vec::with_capacity(slots as usize);
+    for k in 0..slots {
+        let others = holding - u32::from(held[k as usize]);
+        let may_grant = k < limit && others < limit;
+        // A slot that may not grant does not see the waiters: it neither reserves nor creates a
+        // Lease for them.
+        let view: Vec<Candidate> = if may_grant {
+            views[k as usize].clone()
+        } else {
+            views[k as usize].iter().filter(|c| !c.is_waiter()).cloned().collect()
+        };
+        let mut plan = decide_slot(snapshot, snapshot.slot(k).0, &view, timers[k as usize], holding >= limit)?;
+        if let Some(h) = &mut plan.holder {
+            h.slot = k;
+        }
+        let decision = match plan.decision {
+            Decision::UpdateLease { holder: Some(mut g), released, floor } => {
+                let exclusive = snapshot.fresh_reservation.map(|f| f.saturating_add(1).max(g.token));
+                match exclusive.filter(|t| *t <= snapshot.ceiling) {
+                    Some(token) => {
+                        (g.token, g.slot) = (token, k);
+                        Decision::UpdateLease { holder: Some(g), released, floor }
+                    }
+                    None => Decision::Reserve {
+                        from: snapshot.ceiling,
+                        to: fencing::reserve_one(snapshot.ceiling, g.token)?,
+                    },
+                }
+            }
+            Decision::CreateLease { holder, floor } => {
+                Decision::CreateLease { holder: holder.map(|g| Grant { slot: k, ..g }), floor }
+            }
+            Decision::RepairLease { holder, floor } => {
+                Decision::RepairLease { holder: Grant { slot: k, ..holder }, floor }
+            }
+            Decision::PatchHolder(g) => Decision::PatchHolder(Grant { slot: k, ..g }),
+            other => other,
+        };
+        plan.decision = decision;
+        plans.push(plan);
+    }
+    let holders: Vec<Grant> = plans.iter().filter_map(|p| p.holder.clone()).collect();
+    let waiters: Vec<String> = grant::queue_of(&candidates)
+        .into_iter()
+        .filter(|w| holders.iter().all(|h| h.uid != w.uid))
+        .map(|w| w.name.clone())
+        .collect();
+    let first_holder = holders.first().cloned();
+    let act = plans.iter().position(|p| !matches!(p.decision, Decision::Idle { .. }));
+    let (slot, decision) = match act {
+        Some(k) => (k as u32, plans.swap_remove(k).decision),
+        None => {
+            let requeue_after = plans
+                .iter()
+                .filter_map(|p| match p.decision {
+                    Decision::Idle { requeue_after } => requeue_after,
+                    _ => None,
+                })
+                .min();
+            (0, Decision::Idle { requeue_after })
+        }
+    };
+    Ok(Step { plan: Plan { decision, holder: first_holder, waiters }, slot, holders, clocks })
+}
+
+/// Runs the slot's holder clocks forward: what they say about the holder the slot's Lease
+/// names (found among `candidates`, or an orphan claim holder whose claim object is gone).
+fn time_holder(
+    lease: Option<&LeaseView>,
+    marker: Option<&String>,
+    candidates: &[Candidate],
+    now: Duration,
+    clocks: &mut SlotClocks,
+) -> Timers {
+    let lease_holder = lease.and_then(|l| l.holder.as_ref());
     let found =
         lease_holder.and_then(|h| candidates.iter().find(|c| c.identity == h.name && Some(&c.uid) == h.uid.as_ref()));
     // A claim holder whose claim object is gone is still timed: it holds until its lease expires.
@@ -117,57 +292,64 @@ pub fn step(snapshot: &Snapshot, now: Duration, clocks: &Clocks) -> Result<Step,
     let holder = found.map(|c| (c.uid.as_str(), c.kind, c.phase, c.node_name.as_ref(), c.node_lost)).or_else(|| {
         orphan.map(|h| (h.uid.as_deref().unwrap_or_default(), HolderKind::Claim, Phase::Running, None, false))
     });
-    let (mut pending_for, mut node_lost_for, mut renewed_ago) = (None, None, None);
-    match holder {
-        None => {
-            clocks.holder = None;
+    let mut t = Timers::default();
+    let Some((uid, kind, phase, node_name, node_lost)) = holder else {
+        clocks.holder = None;
+        clocks.node_lost_since.clear();
+        return t;
+    };
+    let marker = marker.cloned();
+    let clock = match clocks.holder.take() {
+        Some(mut c) if c.uid == uid => {
+            if c.renew_marker != marker {
+                c.renew_marker = marker;
+                c.renewed_at = now;
+            }
+            c
+        }
+        _ => HolderClock { uid: uid.to_string(), renew_marker: marker, since: now, renewed_at: now },
+    };
+    match kind {
+        HolderKind::Pod => {
+            t.pending_for = (phase == Phase::Pending).then(|| now.saturating_sub(clock.since));
+            match (node_name, node_lost) {
+                (Some(node), true) => {
+                    let since = *clocks.node_lost_since.entry(node.clone()).or_insert(now);
+                    clocks.node_lost_since.retain(|n, _| n == node);
+                    t.node_lost_for = Some(now.saturating_sub(since));
+                }
+                _ => clocks.node_lost_since.clear(),
+            }
+        }
+        HolderKind::Claim => {
+            t.renewed_ago = Some(now.saturating_sub(clock.renewed_at));
             clocks.node_lost_since.clear();
         }
-        Some((uid, kind, phase, node_name, node_lost)) => {
-            let marker = snapshot.renew_marker.clone();
-            let clock = match clocks.holder.take() {
-                Some(mut c) if c.uid == uid => {
-                    if c.renew_marker != marker {
-                        c.renew_marker = marker;
-                        c.renewed_at = now;
-                    }
-                    c
-                }
-                _ => HolderClock { uid: uid.to_string(), renew_marker: marker, since: now, renewed_at: now },
-            };
-            match kind {
-                HolderKind::Pod => {
-                    pending_for = (phase == Phase::Pending).then(|| now.saturating_sub(clock.since));
-                    match (node_name, node_lost) {
-                        (Some(node), true) => {
-                            let since = *clocks.node_lost_since.entry(node.clone()).or_insert(now);
-                            clocks.node_lost_since.retain(|n, _| n == node);
-                            node_lost_for = Some(now.saturating_sub(since));
-                        }
-                        _ => clocks.node_lost_since.clear(),
-                    }
-                }
-                HolderKind::Claim => {
-                    renewed_ago = Some(now.saturating_sub(clock.renewed_at));
-                    clocks.node_lost_since.clear();
-                }
-            }
-            clocks.holder = Some(clock);
-        }
     }
+    clocks.holder = Some(clock);
+    t
+}
 
-    let plan = grant::decide(&Observation {
+/// [`grant::decide`] on one slot's Lease and candidates.
+fn decide_slot(
+    snapshot: &Snapshot,
+    lease: Option<&LeaseView>,
+    candidates: &[Candidate],
+    timers: Timers,
+    at_capacity: bool,
+) -> Result<Plan, TokenExhausted> {
+    grant::decide(&Observation {
         settings: snapshot.settings,
-        lease: snapshot.lease.as_ref(),
-        pods: &candidates,
+        lease,
+        pods: candidates,
         ceiling: snapshot.ceiling,
         highest_token: snapshot.highest_token,
         fresh_reservation: snapshot.fresh_reservation,
-        holder_pending_for: pending_for,
-        holder_node_lost_for: node_lost_for,
-        holder_renewed_ago: renewed_ago,
-    })?;
-    Ok(Step { plan, clocks })
+        holder_pending_for: timers.pending_for,
+        holder_node_lost_for: timers.node_lost_for,
+        holder_renewed_ago: timers.renewed_ago,
+        at_capacity,
+    })
 }
 
 /// A claim for unit tests: `name` is also its identity, its UID is `uid-<name>`, created
@@ -191,6 +373,7 @@ pub(crate) fn test_claim(name: &str, created: i64, token: Option<i64>) -> Candid
         on_busy: super::policy::BusyPolicy::Wait,
         max_wait: None,
         waiting_for: None,
+        slot: 0,
     }
 }
 
@@ -217,6 +400,8 @@ mod tests {
                 trusted: true,
             }),
             renew_marker: Some(marker.into()),
+            extra_slots: vec![],
+            max_holders: None,
             candidates: vec![claim("b", 2, None), claim("a", 1, Some(4))],
             ceiling: 1000,
             highest_token: 4,
@@ -278,5 +463,106 @@ mod tests {
         s.candidates.remove(0);
         let st = step(&s, secs(41), &st.clocks).unwrap();
         assert!(st.clocks.waiting_since.is_empty());
+    }
+
+    /// A semaphore of `max` slots, every slot's Lease free, these candidates.
+    fn semaphore(max: u32, candidates: Vec<Candidate>) -> Snapshot {
+        let free = LeaseView { holder: None, token: 0, floor: 0, trusted: true };
+        let extra = (1..max).map(|_| SlotLease { lease: Some(free.clone()), renew_marker: None }).collect();
+        Snapshot {
+            lease: Some(free),
+            renew_marker: None,
+            extra_slots: extra,
+            max_holders: Some(max),
+            candidates,
+            highest_token: 0,
+            ..snapshot("r1")
+        }
+    }
+
+    /// Slot `k`'s Lease names candidate `i` (a granted claim) with its token.
+    fn hold(s: &mut Snapshot, k: u32, i: usize) {
+        let c = s.candidates[i].clone();
+        let view = LeaseView {
+            holder: Some(Holder { name: c.identity.clone(), uid: Some(c.uid.clone()), kind: HolderKind::Claim }),
+            token: c.token.unwrap(),
+            floor: 0,
+            trusted: true,
+        };
+        match k {
+            0 => s.lease = Some(view),
+            k => s.extra_slots[k as usize - 1].lease = Some(view),
+        }
+    }
+
+    fn granted_in(slot: u32, name: &str, created: i64, token: i64) -> Candidate {
+        Candidate { slot, ..claim(name, created, Some(token)) }
+    }
+
+    #[test]
+    fn a_semaphore_grant_reserves_its_own_token_then_grants_it_in_the_lowest_free_slot() {
+        let mut s = semaphore(2, vec![granted_in(0, "a", 1, 4), claim("b", 2, None), claim("c", 3, None)]);
+        hold(&mut s, 0, 0);
+        s.ceiling = 1000;
+        let st = step(&s, secs(1), &Clocks::default()).unwrap();
+        assert_eq!(st.plan.decision, Decision::Reserve { from: 1000, to: 1001 }, "one token, by compare-and-swap");
+        s.ceiling = 1001;
+        s.fresh_reservation = Some(1000);
+        let st = step(&s, secs(1), &st.clocks).unwrap();
+        match st.plan.decision {
+            Decision::UpdateLease { holder: Some(g), released: None, .. } => {
+                assert_eq!((g.name.as_str(), g.token, g.slot), ("b", 1001, 1));
+            }
+            other => panic!("expected b granted in slot 1, got {other:?}"),
+        }
+        assert_eq!(st.slot, 1);
+        assert_eq!(st.holders.iter().map(|h| (h.name.as_str(), h.slot)).collect::<Vec<_>>(), [("a", 0)]);
+        assert_eq!(st.plan.waiters, ["b", "c"]);
+    }
+
+    #[test]
+    fn a_semaphore_never_grants_without_a_fresh_reservation_of_its_own() {
+        // Decided right after another reconcile's reservation (the ceiling moved, but not by
+        // this step): no grant from that ceiling, a reservation of its own first.
+        let mut s = semaphore(2, vec![claim("b", 2, None)]);
+        s.ceiling = 1001;
+        let st = step(&s, secs(1), &Clocks::default()).unwrap();
+        assert_eq!(st.plan.decision, Decision::Reserve { from: 1001, to: 1002 });
+    }
+
+    #[test]
+    fn a_skip_waiter_is_rejected_only_when_every_slot_holds() {
+        let skipper = Candidate { on_busy: crate::lock::policy::BusyPolicy::Skip, ..claim("s", 5, None) };
+        let mut s = semaphore(2, vec![granted_in(0, "a", 1, 4), skipper.clone()]);
+        hold(&mut s, 0, 0);
+        let st = step(&s, secs(1), &Clocks::default()).unwrap();
+        assert!(matches!(st.plan.decision, Decision::Reserve { .. }), "a slot is free: {:?}", st.plan.decision);
+        let mut s = semaphore(2, vec![granted_in(0, "a", 1, 4), granted_in(1, "b", 2, 5), skipper]);
+        hold(&mut s, 0, 0);
+        hold(&mut s, 1, 1);
+        let st = step(&s, secs(1), &Clocks::default()).unwrap();
+        assert!(matches!(st.plan.decision, Decision::RejectWaiters(ref r) if r[0].name == "s"));
+        assert_eq!(st.holders.len(), 2);
+    }
+
+    #[test]
+    fn a_lowered_max_holders_revokes_nobody_and_grants_nothing_until_below_it() {
+        // maxHolders lowered from 2 to 1 while a holds slot 1 and slot 0 is free: a keeps
+        // holding, c waits.
+        let mut s = semaphore(2, vec![granted_in(1, "a", 1, 4), claim("c", 3, None)]);
+        hold(&mut s, 1, 0);
+        s.max_holders = Some(1);
+        let st = step(&s, secs(1), &Clocks::default()).unwrap();
+        assert!(matches!(st.plan.decision, Decision::Idle { .. }), "{:?}", st.plan.decision);
+        assert_eq!(st.holders.iter().map(|h| (h.name.as_str(), h.slot)).collect::<Vec<_>>(), [("a", 1)]);
+        assert_eq!(st.plan.waiters, ["c"]);
+        // Once a released slot 1, c is granted in slot 0, never in slot 1.
+        s.candidates.remove(0);
+        s.extra_slots[0].lease.as_mut().unwrap().holder = None;
+        (s.fresh_reservation, s.ceiling) = (Some(1000), 1001);
+        let st = step(&s, secs(2), &st.clocks).unwrap();
+        assert!(
+            matches!(st.plan.decision, Decision::UpdateLease { holder: Some(ref g), .. } if g.name == "c" && g.slot == 0)
+        );
     }
 }

@@ -24,6 +24,7 @@ fn pod(name: &str, created: i64) -> Candidate {
         on_busy: BusyPolicy::Wait,
         max_wait: None,
         waiting_for: None,
+        slot: 0,
     }
 }
 
@@ -57,6 +58,7 @@ fn obs<'a>(lease: Option<&'a LeaseView>, pods: &'a [Candidate]) -> Observation<'
         holder_pending_for: None,
         holder_node_lost_for: None,
         holder_renewed_ago: None,
+        at_capacity: true,
     }
 }
 
@@ -68,6 +70,7 @@ fn granted(name: &str, token: i64) -> Option<Grant> {
         uid: format!("uid-{name}"),
         resource_version: String::new(),
         token,
+        slot: 0,
     })
 }
 
@@ -402,6 +405,7 @@ fn claims_queue_with_pods_and_hold_under_their_identity() {
         uid: "uid-c".into(),
         resource_version: String::new(),
         token: 1,
+        slot: 0,
     };
     assert_eq!(plan.decision, Decision::UpdateLease { holder: Some(want), released: None, floor: None });
 }
