@@ -4,6 +4,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, DeleteParams, PostParams};
 use leasehold::crd::DistributedLockClaim;
 use leasehold::holder::Holder;
@@ -136,6 +137,32 @@ async fn clean_release_hands_over_at_once_and_a_deleted_claim_does_not_revoke_a_
     let c = c_task.await.unwrap().expect("c acquires");
     assert_eq!(c.token(), 3);
     c.release().await.unwrap();
+
+    // A claim's grant is in its status, not in an Event (issue 12: one write fewer per grant),
+    // and a holder that released the Lease itself is not told its grant expired. A pod granted
+    // after them gets its Granted and LockGranted Events: Events are recorded and listed here.
+    ns.create_gated_pod("p", "l", "1s").await;
+    let events = ns.api::<Event>();
+    let reasons = || async {
+        let items = events.list(&Default::default()).await.unwrap().items;
+        let about = |e: &Event| {
+            let names = [e.regarding.as_ref(), e.related.as_ref()];
+            names.into_iter().flatten().filter_map(|r| r.name.clone()).collect::<Vec<_>>()
+        };
+        items.iter().map(|e| (e.reason.clone().unwrap_or_default(), about(e))).collect::<Vec<_>>()
+    };
+    wait_until("the pod's LockGranted Event", WAIT, || async {
+        reasons().await.iter().any(|(r, _)| r == "LockGranted")
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let seen = reasons().await;
+    for (reason, about) in &seen {
+        if reason == "Granted" || reason == "LockGranted" {
+            assert!(about.contains(&"p".to_string()), "a grant Event not about the pod: {reason} {about:?}");
+        }
+        assert_ne!(reason, "GrantExpired", "a voluntary release was reported as an expiry: {about:?}");
+    }
     ns.cleanup().await;
 }
 
