@@ -37,6 +37,7 @@ pub const DEFAULT_NODE_LOSS_TIMEOUT_SECONDS: i32 = 300;
 // still caught at admission: the API server prunes unknown fields (structural schema) and
 // kubectl's default server-side field validation (`--validate=strict`) rejects them.
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("!has(oldSelf.maxHolders) || has(self.maxHolders)").message("maxHolders cannot be removed once set (set it to 1 instead): a semaphore issues fencing tokens differently from a plain lock"))]
 #[x_kube(validation = Rule::new("self.nodeLossTimeoutSeconds >= self.leaseDurationSeconds").message("nodeLossTimeoutSeconds must be at least leaseDurationSeconds: a holder's node cannot be declared lost faster than its lease could expire"))]
 pub struct DistributedLockSpec {
     /// Lease duration in seconds (1..=3600), written to the Lease's `spec.leaseDurationSeconds`.
@@ -57,6 +58,15 @@ pub struct DistributedLockSpec {
     #[serde(default = "default_node_loss_timeout")]
     #[schemars(range(min = 1, max = 86400))]
     pub node_loss_timeout_seconds: i32,
+
+    /// Makes the lock a semaphore: up to this many holders (1..=100) at once, granted in the
+    /// same FIFO order, each with a fencing token above every token whose grant finished before
+    /// (issue 14). Absent: a plain lock, one holder. Lowering it revokes nobody: the lock grants
+    /// again once fewer than the new number hold. Once set it cannot be removed (set 1 instead):
+    /// the two kinds issue tokens differently.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100))]
+    pub max_holders: Option<i32>,
 }
 
 impl Default for DistributedLockSpec {
@@ -65,6 +75,7 @@ impl Default for DistributedLockSpec {
             lease_duration_seconds: DEFAULT_LEASE_DURATION_SECONDS,
             start_timeout_seconds: DEFAULT_START_TIMEOUT_SECONDS,
             node_loss_timeout_seconds: DEFAULT_NODE_LOSS_TIMEOUT_SECONDS,
+            max_holders: None,
         }
     }
 }
