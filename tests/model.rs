@@ -209,6 +209,8 @@ struct Config {
     /// Someone sets `spec.maxHolders` to this (once, at any time): lowering a semaphore, or
     /// turning a single-holder lock into one ([`Action::MaxHoldersChanged`]).
     change_max_holders: Option<u8>,
+    /// Review: the change removes `spec.maxHolders` instead (back to a single-holder lock).
+    remove_max_holders: bool,
     /// Per pod slot and per claim: its busy policy.
     pod_policy: [Policy; 3],
     claim_policy: [Policy; 2],
@@ -235,6 +237,7 @@ impl Config {
         start_timeout_secs: 10_000,
         max_holders: None,
         change_max_holders: None,
+        remove_max_holders: false,
         pod_policy: [Policy::WAIT; 3],
         claim_policy: [Policy::WAIT; 2],
         bug: None,
@@ -1301,7 +1304,8 @@ impl Model for LockModel {
             Action::MaxHoldersChanged => {
                 w.max_changed = true;
                 let rv = w.rv();
-                (w.api.lock.max_holders, w.api.lock.rv) = (self.cfg.change_max_holders, rv);
+                (w.api.lock.max_holders, w.api.lock.rv) =
+                    (if self.cfg.remove_max_holders { None } else { self.cfg.change_max_holders }, rv);
             }
         }
         Some(w)
@@ -1659,4 +1663,45 @@ fn planted(bug: Bug, depth: usize) {
         .or_else(|| trace(&checker, I2))
         .expect("the checker must find the double grant the planted bug allows");
     eprintln!("counterexample found, as it must be:\n{t}");
+}
+
+fn review_violates(name: &str, cfg: Config, depth: usize, property: &'static str) {
+    let checker = check(name, cfg, depth);
+    let t = trace(&checker, property).unwrap_or_else(|| panic!("review {name}: no counterexample to {property}"));
+    let _ = writeln!(std::io::stderr(), "review {name}: {property} violated:\n{t}");
+}
+
+const LOWERED: Config = Config {
+    pods: 3,
+    restarts: 0,
+    faults: 0,
+    start_held: true,
+    start_held_slots: 2,
+    max_holders: Some(2),
+    change_max_holders: Some(1),
+    ..Config::BASE
+};
+
+#[test]
+fn review_lowered_skip_waiter_is_never_answered() {
+    let cfg = Config { pod_policy: [Policy::WAIT, Policy::WAIT, Policy::SKIP], ..LOWERED };
+    review_violates("review-lowered-skip", cfg, 6, I4);
+}
+
+#[test]
+fn review_lowered_max_wait_waiter_is_never_answered() {
+    let cfg = Config { max_time: 2, pod_policy: [Policy::WAIT, Policy::WAIT, Policy::max_wait(1)], ..LOWERED };
+    review_violates("review-lowered-max-wait", cfg, 8, I4);
+}
+
+#[test]
+fn review_removed_max_holders_grants_beside_a_slot_holder() {
+    let cfg = Config { remove_max_holders: true, ..LOWERED };
+    review_violates("review-removed", cfg, 11, I1);
+}
+
+#[test]
+fn review_lowered_with_a_slot_lease_deleted() {
+    let cfg = Config { faults: 1, ..LOWERED };
+    review_violates("review-lowered-lease-deleted", cfg, 11, I1);
 }

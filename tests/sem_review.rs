@@ -1,0 +1,188 @@
+//! Review scenarios for 9977e21 (semaphores), driving the real `machine::step`.
+use std::time::Duration;
+
+use k8s_openapi::jiff::Timestamp;
+use leasehold::lock::grant::{Candidate, Decision, Holder, HolderKind, LeaseView, Phase, Settings};
+use leasehold::lock::machine::{step, Clocks, SlotLease, Snapshot};
+use leasehold::lock::policy::BusyPolicy;
+
+const SETTINGS: Settings = Settings {
+    start_timeout: Duration::from_secs(300),
+    node_loss_timeout: Duration::from_secs(60),
+    lease_duration: Duration::from_secs(15),
+};
+
+fn pod(name: &str, created: i64, slot: u32, token: Option<i64>) -> Candidate {
+    Candidate {
+        kind: HolderKind::Pod,
+        name: name.into(),
+        identity: name.into(),
+        uid: format!("uid-{name}"),
+        resource_version: "1".into(),
+        created: Timestamp::from_second(1_700_000_000 + created).unwrap(),
+        gated: token.is_none(),
+        node_name: token.map(|_| "node-1".into()),
+        node_lost: false,
+        phase: if token.is_some() { Phase::Running } else { Phase::Pending },
+        deleting: false,
+        token,
+        on_busy: BusyPolicy::Wait,
+        max_wait: None,
+        waiting_for: None,
+        slot,
+    }
+}
+
+fn lease(holder: Option<&str>, token: i64) -> LeaseView {
+    LeaseView {
+        holder: holder.map(|h| Holder { name: h.into(), uid: Some(format!("uid-{h}")), kind: HolderKind::Pod }),
+        token,
+        floor: 0,
+        trusted: true,
+    }
+}
+
+fn snap(max: Option<u32>, l0: Option<LeaseView>, extra: Vec<Option<LeaseView>>, c: Vec<Candidate>, ceiling: i64) -> Snapshot {
+    Snapshot {
+        settings: SETTINGS,
+        lease: l0,
+        renew_marker: None,
+        extra_slots: extra.into_iter().map(|l| SlotLease { lease: l, renew_marker: None }).collect(),
+        max_holders: max,
+        candidates: c,
+        ceiling,
+        highest_token: 0,
+        fresh_reservation: None,
+    }
+}
+
+/// Applies Reserve steps (as the CAS would land) until a non-Reserve decision; returns it.
+fn run_to_write(mut s: Snapshot) -> (Snapshot, leasehold::lock::machine::Step) {
+    let mut clocks = Clocks::default();
+    for _ in 0..5 {
+        let st = step(&s, Duration::from_secs(1), &clocks).unwrap();
+        eprintln!("  step: slot {} -> {:?}", st.slot, st.plan.decision);
+        clocks = st.clocks.clone();
+        match st.plan.decision {
+            Decision::Reserve { from, to } => {
+                s.ceiling = to;
+                s.fresh_reservation = Some(from);
+            }
+            _ => return (s, st),
+        }
+    }
+    panic!("reserves for ever");
+}
+
+/// F1: maxHolders lowered 2 -> 1; pod-b still runs in slot 1 but slot 1's Lease is gone
+/// (deleted by a third party, or not yet seen by this operator's cache); pod-a (slot 0) is done.
+/// The step grants pod-c in slot 0 beside pod-b: two running under maxHolders 1.
+#[test]
+fn f1_lowered_limit_broken_when_another_slots_lease_is_missing() {
+    let mut a = pod("pod-a", 0, 0, Some(1001));
+    a.phase = Phase::Succeeded;
+    let b = pod("pod-b", 1, 1, Some(1002));
+    let c = pod("pod-c", 2, 0, None);
+    let s = snap(Some(1), Some(lease(Some("pod-a"), 1001)), vec![None], vec![a, b, c], 1002);
+    let (_, st) = run_to_write(s);
+    eprintln!("holders: {:?}", st.holders.iter().map(|h| (&h.name, h.slot)).collect::<Vec<_>>());
+    if let Decision::UpdateLease { holder: Some(g), .. } = &st.plan.decision {
+        panic!("granted {} (token {}) in slot {} while pod-b runs in slot 1 under maxHolders 1", g.name, g.token, st.slot);
+    }
+}
+
+/// F1': same, slot 1's Lease present but free (stale cache, or a repair pending).
+#[test]
+fn f1b_lowered_limit_broken_when_another_slots_lease_is_stale_free() {
+    let mut a = pod("pod-a", 0, 0, Some(1001));
+    a.phase = Phase::Succeeded;
+    let b = pod("pod-b", 1, 1, Some(1002));
+    let c = pod("pod-c", 2, 0, None);
+    let s = snap(Some(1), Some(lease(Some("pod-a"), 1001)), vec![Some(lease(None, 0))], vec![a, b, c], 1002);
+    let (_, st) = run_to_write(s);
+    if let Decision::UpdateLease { holder: Some(g), .. } = &st.plan.decision {
+        panic!("granted {} (token {}) in slot {} while pod-b runs in slot 1 under maxHolders 1", g.name, g.token, st.slot);
+    }
+}
+
+/// F2: maxHolders lowered 2 -> 1 while both slots hold: a skip waiter and a max-wait waiter are
+/// never answered (no slot sees the waiters), and the step arms no timer.
+#[test]
+fn f2_skip_and_max_wait_waiters_never_answered_over_a_lowered_limit() {
+    let a = pod("pod-a", 0, 0, Some(1001));
+    let b = pod("pod-b", 1, 1, Some(1002));
+    let mut c = pod("pod-c", 2, 0, None);
+    c.on_busy = BusyPolicy::Skip;
+    let mut d = pod("pod-d", 3, 0, None);
+    d.max_wait = Some(Duration::from_secs(5));
+    let s = snap(
+        Some(1),
+        Some(lease(Some("pod-a"), 1001)),
+        vec![Some(lease(Some("pod-b"), 1002))],
+        vec![a, b, c, d],
+        1002,
+    );
+    let mut clocks = Clocks::default();
+    let mut last = None;
+    for t in [1u64, 100, 10_000] {
+        let st = step(&s, Duration::from_secs(t), &clocks).unwrap();
+        clocks = st.clocks.clone();
+        eprintln!("  t={t}: {:?} waiters {:?}", st.plan.decision, st.plan.waiters);
+        last = Some(st.plan.decision);
+    }
+    assert!(
+        matches!(last, Some(Decision::RejectWaiters(_))),
+        "skip waiter pod-c (lock full) and max-wait waiter pod-d (waited 10 000 s > 5 s) never rejected: {last:?}"
+    );
+}
+
+/// F3: maxHolders removed (Some(2) -> None) while pod-a (slot 0, 1001) and pod-b (slot 1, 1002)
+/// run: the single-holder path repairs Lease 0 to pod-b, and once pod-b is done grants pod-c in
+/// slot 0 while pod-a still runs.
+#[test]
+fn f3_removing_max_holders_grants_beside_a_running_slot_holder() {
+    let a = pod("pod-a", 0, 0, Some(1001));
+    let b = pod("pod-b", 1, 1, Some(1002));
+    let c = pod("pod-c", 2, 0, None);
+    let s = snap(None, Some(lease(Some("pod-a"), 1001)), vec![Some(lease(Some("pod-b"), 1002))], vec![a.clone(), b.clone(), c.clone()], 1002);
+    let st = step(&s, Duration::from_secs(1), &Clocks::default()).unwrap();
+    eprintln!("  removed, both run: {:?}", st.plan.decision);
+    // After that repair, pod-b finishes.
+    let mut b2 = b;
+    b2.phase = Phase::Succeeded;
+    let s = snap(None, Some(lease(Some("pod-b"), 1002)), vec![Some(lease(Some("pod-b"), 1002))], vec![a, b2, c], 1002);
+    let (_, st) = run_to_write(s);
+    if let Decision::UpdateLease { holder: Some(g), .. } = &st.plan.decision {
+        panic!("granted {} token {} while pod-a (slot 0, token 1001) still runs, maxHolders now unset (1)", g.name, g.token);
+    }
+}
+
+/// F3': without the repair (pod-a has the higher token): pod-b in slot 1 is invisible to the
+/// single-holder path; once pod-a is done, pod-c is granted beside pod-b.
+#[test]
+fn f3b_removing_max_holders_ignores_slot_1_holder() {
+    let mut a = pod("pod-a", 0, 0, Some(1002));
+    a.phase = Phase::Succeeded;
+    let b = pod("pod-b", 1, 1, Some(1001));
+    let c = pod("pod-c", 2, 0, None);
+    let s = snap(None, Some(lease(Some("pod-a"), 1002)), vec![Some(lease(Some("pod-b"), 1001))], vec![a, b, c], 1002);
+    let (_, st) = run_to_write(s);
+    if let Decision::UpdateLease { holder: Some(g), .. } = &st.plan.decision {
+        panic!("granted {} token {} while pod-b (slot 1) still runs, maxHolders now unset (1)", g.name, g.token);
+    }
+}
+
+/// F4: a holder in slot 1 carries a token above the ceiling (granted by an earlier lock object
+/// with the same name, before it was deleted and recreated; or a forged slot Lease patched in):
+/// slot 0's grant only looks at its own view, acts first (lowest slot), and hands the same token.
+#[test]
+fn f4_token_above_ceiling_in_another_slot_is_handed_again() {
+    let y = pod("pod-y", 0, 1, Some(1002));
+    let z = pod("pod-z", 1, 0, None);
+    // Recreated lock after its first block reservation (0 -> 1001) and slot 0's Lease creation.
+    let s = snap(Some(2), Some(lease(None, 0)), vec![None], vec![y, z], 1001);
+    let (_, st) = run_to_write(s);
+    if let Decision::UpdateLease { holder: Some(g), .. } = &st.plan.decision {
+        assert_ne!(g.token, 1002, "slot {} grants {} token 1002, which pod-y (slot 1) runs with", st.slot, g.name);
+    }
+}
