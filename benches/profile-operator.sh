@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
-# A `BENCH_OPERATOR_BIN` for the bench: profiles one of the operators the bench starts, and runs
+# A `BENCH_OPERATOR_BIN` for the bench: profiles some of the operators the bench starts and runs
 # the others unchanged. Every operator the bench starts gets `--instance bench-<tag>` (tags:
-# scale-cold, scale, scale-held, failover, ...); the one whose tag is PROFILE_TAG (default
-# scale-held) is profiled, in the mode PROFILE_MODE:
+# scale-cold, scale, scale-held, failover, ...); those whose tag is in PROFILE_TAG (a comma list,
+# default scale-held) are profiled into files $PROFILE_OUT-<tag>.*, in the mode PROFILE_MODE:
 # - heaptrack: PROFILE_BIN (a build WITHOUT the jemalloc feature: heaptrack sees malloc only)
-#   under heaptrack's preload library, writing raw data to $PROFILE_OUT.raw. The process keeps this
+#   under heaptrack's preload library, raw data in $PROFILE_OUT-<tag>.raw. The process keeps this
 #   script's pid (exec, no heaptrack wrapper process), so the bench reads the operator's own RSS
 #   and its SIGKILL stops the operator; the raw file is complete up to the last buffer. Then:
-#     /usr/lib/heaptrack/libexec/heaptrack_interpret < $PROFILE_OUT.raw | zstd > $PROFILE_OUT.zst
-#     heaptrack_print -f $PROFILE_OUT.zst --print-peaks 1 --print-allocators 0 ...
+#     /usr/lib/heaptrack/libexec/heaptrack_interpret < X.raw | zstd > X.zst
+#     heaptrack_print -f X.zst --print-flamegraph X.folded --flamegraph-cost-type peak
+#     benches/heap-categories.py X.folded
 # - smaps: PROFILE_BIN as it is (the jemalloc release build, say); a sampler copies
 #   /proc/PID/smaps and status every second while the process lives and keeps the copy taken at
-#   the highest VmRSS ($PROFILE_OUT.smaps-peak, $PROFILE_OUT.status-peak) and the last one.
+#   the highest VmRSS (<prefix>.smaps-peak, <prefix>.status-peak) and the last one.
 # Every other operator (and `leasehold lock`, which the failover scenario starts from the same
 # path) runs OTHER_BIN (default target/release/leasehold).
 # Usage (held RSS, issue 12):
@@ -24,12 +25,12 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 other=${OTHER_BIN:-$here/target/release/leasehold}
-tag=${PROFILE_TAG:-scale-held}
-case " $* " in
-*" --instance bench-$tag "*) ;;
-*) exec "$other" "$@" ;;
-esac
-out=${PROFILE_OUT:?set PROFILE_OUT, a path prefix for the profile files}
+tag=
+for t in $(tr , " " <<<"${PROFILE_TAG:-scale-held}"); do
+    case " $* " in *" --instance bench-$t "*) tag=$t ;; esac
+done
+[ -n "$tag" ] || exec "$other" "$@"
+out=${PROFILE_OUT:?set PROFILE_OUT, a path prefix for the profile files}-$tag
 bin=${PROFILE_BIN:?set PROFILE_BIN, the operator build to profile}
 mkdir -p "$(dirname "$out")"
 case ${PROFILE_MODE:-heaptrack} in
