@@ -7,19 +7,24 @@ renewal and acquire()'s return, all on the wall clock) and the operator's log of
 RUST_LOG=info,kube=warn,leasehold=debug (the "decided" line of every reconcile step). Every
 timestamp is this machine's wall clock (holder, operator and bench run on it).
 
-Phases of one failover (R = the dead holder's last renewTime, as the holder wrote it):
-  renewal seen   R -> the bench's Lease watch delivers that renewal (the holder's PUT + watch)
-  op reconciles  that delivery -> the operator's first reconcile of the lock after R (its expiry
-                 clock starts here: machine.rs times from when THIS process saw the marker change)
-  lease + 50 ms  -> the reconcile that decides the expiry (UpdateLease); the operator requeues at
-                 lease duration + 50 ms after it saw the renewal; this column is what it took
-                 beyond the lease duration
-  lease write    -> the operator logs "granted" (its Lease PUT answered)
-  claim status   -> the bench's claim watch sees the waiter's claim with a token
-  first renewal  -> acquire() returns (the waiter's own claim watch, then its first renewal)
+Phases of one failover (R = the dead holder's last renewTime, which the holder stamps just before
+its PUT):
+  renewal -> op  R -> the operator's reconcile step that saw R (the last "decided" line before
+                 the expiry with requeue_after exactly the lease duration: machine.rs starts the
+                 expiry clock when THIS process sees the renew marker change): the holder's PUT,
+                 the operator's Lease watch, the reconcile queue
+  lease + 50 ms  -> the step that decides the expiry (UpdateLease), minus the lease duration: the
+                 operator requeues at lease duration + 50 ms; the rest is timer and queue delay
+  grant PUT      -> "granted" (the operator's Lease PUT answered)
+  claim status   -> the bench's claim watch sees the waiter's claim with a token (the operator's
+                 claim status PATCH and a watch delivery)
+  waiter GET     -> the waiter's first renewal stamps its renewTime (its claim watch, then a GET of
+                 the Lease)
+  waiter PUT     -> acquire() returns (the first renewal's PUT)
   total          acquire() return - R - lease duration (the bench's from_renewal - lease)
+Also shown: when the bench's own Lease watch saw R (a second watch, for comparison).
 
-Usage: benches/failover-timeline.py TIMELINE.json [OPERATOR.log] [--lease 15]
+Usage: benches/failover-timeline.py TIMELINE.json [OPERATOR.log] [--lease 15] [--json ROWS.json]
 Prints one line per sample and p50 / max per phase.
 """
 
@@ -80,6 +85,9 @@ def pct(v, p):
 
 def main():
     args = [a for a in sys.argv[1:]]
+    if "--json" in args:
+        i = args.index("--json")
+        del args[i : i + 2]
     lease = 15.0
     if "--lease" in args:
         i = args.index("--lease")
@@ -89,7 +97,7 @@ def main():
     log = args[1] if len(args) > 1 else doc.get("operator_log")
     ops = operator_lines(log)
     events = sorted(doc["events"], key=lambda e: e["seen"])
-    cols = ["renewal seen", "op reconciles", "lease + 50 ms", "lease write", "claim status", "first renewal", "total"]
+    cols = ["renewal -> op", "lease + 50 ms", "grant PUT", "claim status", "waiter GET", "waiter PUT", "total"]
     rows = []
     notes = []
     for s in sorted(doc["samples"], key=lambda s: s["lock"]):
@@ -103,45 +111,54 @@ def main():
             None,
         )
         mine = [o for o in ops if o[2] == lock and o[0] > R]
-        first = next((o for o in mine if o[1] == "decided"), None)
         expiry = next((o for o in mine if o[1] == "decided" and "UpdateLease" in o[3]), None)
+        # The step that saw R is the last one before the expiry with a fresh clock (requeue_after
+        # exactly the lease): after R the marker cannot change again. The first such step after R
+        # can be the one that saw the grant's own Lease write, when that event arrived after R.
+        fresh = [o for o in mine if o[1] == "decided" and requeue_of(o[3]) == lease and (expiry is None or o[0] < expiry[0])]
+        first = fresh[-1] if fresh else None
         granted = next((o for o in mine if o[1] == "granted"), None)
         claim = next(
             (e["seen"] for e in events if e["kind"] == "claim" and e["identity"] == waiter and e["token"] is not None and e["seen"] > R),
             None,
         )
-        if None in (seen, first, expiry, granted, claim):
-            notes.append(f"{lock}: incomplete (seen={seen} first={first is not None} expiry={expiry is not None} granted={granted is not None} claim={claim})")
+        wl = [e for e in lev if e["holder"] == waiter and e["renew_time"] is not None]
+        first_renew = next((e["renew_time"] for e in wl if e["renew_time"] != wl[0]["renew_time"]), None) if wl else None
+        if None in (seen, first, expiry, granted, claim, first_renew):
+            notes.append(
+                f"{lock}: incomplete (seen={seen} first={first is not None} expiry={expiry is not None} "
+                f"granted={granted is not None} claim={claim} first_renew={first_renew})"
+            )
             continue
-        rq = requeue_of(first[3])
         between = [o for o in mine if o[1] == "decided" and first[0] < o[0] < expiry[0]]
         row = {
             "lock": lock,
-            "renewal seen": seen - R,
-            "op reconciles": first[0] - seen,
+            "renewal -> op": first[0] - R,
             "lease + 50 ms": expiry[0] - first[0] - lease,
-            "lease write": granted[0] - expiry[0],
+            "grant PUT": granted[0] - expiry[0],
             "claim status": claim - granted[0],
-            "first renewal": A - claim,
+            "waiter GET": first_renew - claim,
+            "waiter PUT": A - first_renew,
             "total": A - R - lease,
-            "requeue_after": rq,
+            "bench saw R": seen - R,
             "reconciles between": len(between),
         }
         rows.append(row)
-    hdr = f"{'lock':<6}" + "".join(f"{c:>15}" for c in cols) + f"{'requeue_after':>15}{'reconciles':>12}"
+    hdr = f"{'lock':<6}" + "".join(f"{c:>15}" for c in cols) + f"{'bench saw R':>15}{'steps between':>15}"
     print(hdr)
     for r in rows:
         print(
             f"{r['lock']:<6}"
-            + "".join(f"{r[c] * 1e3:>13.1f}ms" for c in cols)
-            + (f"{r['requeue_after']:>14.3f}s" if r["requeue_after"] is not None else f"{'?':>15}")
-            + f"{r['reconciles between']:>12}"
+            + "".join(f"{r[c] * 1e3:>13.1f}ms" for c in cols + ["bench saw R"])
+            + f"{r['reconciles between']:>15}"
         )
     for label, p in (("p50", 0.5), ("max", 1.0)):
-        print(f"{label:<6}" + "".join(f"{pct([r[c] for r in rows], p) * 1e3:>13.1f}ms" for c in cols))
+        print(f"{label:<6}" + "".join(f"{pct([r[c] for r in rows], p) * 1e3:>13.1f}ms" for c in cols + ["bench saw R"]))
     print(f"n={len(rows)} of {len(doc['samples'])} samples")
     for n in notes:
         print(n)
+    if "--json" in sys.argv:
+        json.dump(rows, open(sys.argv[sys.argv.index("--json") + 1], "w"))
 
 
 if __name__ == "__main__":
