@@ -471,8 +471,8 @@ impl Timeline {
         let leases: Api<Lease> = Api::namespaced(client.clone(), ns);
         let claims: Api<DistributedLockClaim> = Api::namespaced(client.clone(), ns);
         let ev = events.clone();
-        let lease_task = tokio::spawn(
-            watcher(leases, watcher::Config::default()).applied_objects().for_each(move |r| {
+        let lease_task =
+            tokio::spawn(watcher(leases, watcher::Config::default()).applied_objects().for_each(move |r| {
                 if let Ok(l) = r {
                     let spec = l.spec.clone().unwrap_or_default();
                     let renew = spec.renew_time.map(|t| t.0.as_nanosecond() as f64 / 1e9);
@@ -482,11 +482,10 @@ impl Timeline {
                     }));
                 }
                 futures::future::ready(())
-            }),
-        );
+            }));
         let ev = events.clone();
-        let claim_task = tokio::spawn(
-            watcher(claims, watcher::Config::default()).applied_objects().for_each(move |r| {
+        let claim_task =
+            tokio::spawn(watcher(claims, watcher::Config::default()).applied_objects().for_each(move |r| {
                 if let Ok(c) = r {
                     let status = c.status.clone().unwrap_or_default();
                     ev.lock().unwrap_or_else(|e| e.into_inner()).push(json!({
@@ -496,8 +495,7 @@ impl Timeline {
                     }));
                 }
                 futures::future::ready(())
-            }),
-        );
+            }));
         Ok(Timeline { events, samples: Arc::default(), tasks: Arc::new(vec![lease_task, claim_task]) })
     }
 
