@@ -186,18 +186,8 @@ impl Metrics {
     }
 
     /// Sets the per-lock series of `namespace`/`lock` from `state`, and the aggregate gauges.
-    ///
-    /// A lock that has never been held, waited for or issued a token has no series (every value
-    /// would be 0): 10,000 idle locks then cost no series memory and no scrape work (issue 12:
-    /// the held-RSS profile, `benches/results/2026-12-02-a82d5ac-held-heap-profile.md`, found each
-    /// `/metrics` scrape of 50,000 mostly-zero series adding 6 MiB). From its first grant or
-    /// waiter on, a lock keeps its series (0 while free) until it is deleted.
     pub fn set_lock(&self, namespace: &str, lock: &str, state: &LockState) {
         let l = LockLabels { namespace: namespace.to_string(), lock: lock.to_string() };
-        if *state == LockState::default() && self.lock_held.get(&l).is_none() {
-            self.set_lock_state(&format!("{namespace}/{lock}"), Some((false, 0)));
-            return;
-        }
         self.lock_held.get_or_create(&l).set(i64::from(state.held));
         self.lock_waiters.get_or_create(&l).set(state.waiters);
         self.lock_highest_token.get_or_create(&l).set(state.highest_token);
@@ -322,26 +312,5 @@ mod tests {
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
         assert!(!text.contains("lock=\"l\""), "{text}");
-    }
-
-    /// A lock never held, waited for or granted has no series; from its first waiter on it has
-    /// them, 0 while free.
-    #[test]
-    fn a_lock_that_was_never_used_has_no_series() {
-        let mut registry = Registry::default();
-        let m = Metrics::new(&mut registry);
-        let encode = || {
-            let mut text = String::new();
-            prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
-            text
-        };
-        m.set_lock("ns", "idle", &LockState::default());
-        assert!(!encode().contains("lock=\"idle\""), "{}", encode());
-        m.set_lock("ns", "idle", &LockState { waiters: 1, ..LockState::default() });
-        m.set_lock("ns", "idle", &LockState::default());
-        let text = encode();
-        for series in ["leasehold_lock_held", "leasehold_lock_waiters", "leasehold_lock_highest_token"] {
-            assert!(text.contains(&format!("{series}{{namespace=\"ns\",lock=\"idle\"}} 0")), "{series}:\n{text}");
-        }
     }
 }
