@@ -381,6 +381,37 @@ async fn a_waiter_whose_claim_is_deleted_gives_up_and_a_too_long_kill_grace_is_r
     let left: Vec<String> =
         claims.list(&Default::default()).await.unwrap().items.iter().map(|c| c.spec.identity.clone()).collect();
     assert_eq!(left, ["holder"], "the refused run left no claim behind");
+
+    // On a free lock the refusal comes before any claim: the claim used to be created first
+    // and cancelled at once, racing its own grant, which then held the free lock, for nobody,
+    // a whole lease (found by a newcomer's walk-through).
+    ns.create_lock("free", json!({})).await;
+    // Every claim ever created for "free", even one deleted at once.
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let (seen2, api, synced) = (seen.clone(), claims.clone(), std::sync::Arc::new(tokio::sync::Notify::new()));
+    let synced2 = synced.clone();
+    tokio::spawn(async move {
+        use futures::StreamExt;
+        let mut events = kube::runtime::watcher(api, kube::runtime::watcher::Config::default()).boxed();
+        while let Some(Ok(ev)) = events.next().await {
+            match ev {
+                kube::runtime::watcher::Event::Apply(c) | kube::runtime::watcher::Event::InitApply(c)
+                    if c.spec.lock == "free" =>
+                {
+                    seen2.lock().unwrap().push(c.metadata.name.unwrap_or_default());
+                }
+                kube::runtime::watcher::Event::InitDone => synced2.notify_one(),
+                _ => {}
+            }
+        }
+    });
+    synced.notified().await;
+    let mut greedy = ns.lock_process("greedy-free", &["free", "--kill-grace", "10s", "--", "true"]);
+    assert_eq!(greedy.wait_exit().await, 1, "log:\n{}", greedy.output());
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(seen.lock().unwrap().is_empty(), "the refused run created a claim: {:?}", seen.lock().unwrap());
+    let mut next = ns.lock_process("next", &["free", "--try", "--", "true"]);
+    assert_eq!(next.wait_exit().await, 0, "the lock is free at once; log:\n{}", next.output());
     drop(holder);
     ns.cleanup().await;
 }

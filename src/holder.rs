@@ -224,6 +224,23 @@ impl Holder {
         result
     }
 
+    /// Reads the lock and resolves this holder's timings against its lease, without joining the
+    /// queue: `(leaseDurationSeconds, renew deadline)`. For callers that must refuse a setting
+    /// before they claim anything (`leasehold lock --kill-grace`): a claim cancelled at once can
+    /// race its own grant, and a grant whose claim is gone holds until its lease expires.
+    ///
+    /// # Errors
+    /// [`HolderError::LockNotFound`], [`HolderError::InvalidTimings`], [`HolderError::Kube`].
+    pub async fn lease_timings(&self) -> Result<(Duration, Duration), HolderError> {
+        let locks: Api<DistributedLock> = Api::namespaced(self.client.clone(), &self.namespace);
+        let lock =
+            locks.get_opt(&self.lock).await.map_err(kube_err("get DistributedLock"))?.ok_or_else(|| {
+                HolderError::LockNotFound { namespace: self.namespace.clone(), lock: self.lock.clone() }
+            })?;
+        let lease_duration = Duration::from_secs(lock.spec.lease_duration_seconds.max(1) as u64);
+        Ok((lease_duration, resolve_timings(lease_duration, self.timings)?.renew_deadline))
+    }
+
     /// Joins the queue without waiting: creates the claim and returns a [`Ticket`] to wait on or
     /// to cancel (for callers that must react to signals while waiting).
     ///

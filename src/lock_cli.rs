@@ -84,11 +84,19 @@ async fn run_inner(args: LockArgs) -> anyhow::Result<i32> {
         holder = holder.owned_by_pod(&name, &uid);
     }
     let on_busy = if args.r#try { OnBusy::Skip } else { OnBusy::Wait };
+    // Refuse a kill grace that outlasts the lease before claiming anything: a claim cancelled at
+    // once could race its own grant and leave the lock held, by nobody, for a whole lease.
+    let (lease, deadline) = holder.lease_timings().await?;
+    if let Err(message) = kill_grace(args.kill_grace.map(Into::into), lease, deadline) {
+        eprintln!("leasehold lock: {message}");
+        return Ok(EXIT_ERROR);
+    }
     let ticket = holder.enqueue(on_busy).await?;
     let ticket_deadline = ticket.renew_deadline();
     let kill_grace = match kill_grace(args.kill_grace.map(Into::into), ticket.lease_duration(), ticket_deadline) {
         Ok(g) => g,
         Err(message) => {
+            // The lock's lease changed between the two reads.
             ticket.cancel().await;
             eprintln!("leasehold lock: {message}");
             return Ok(EXIT_ERROR);

@@ -347,8 +347,14 @@ pub async fn failover(env: &Env, tag: &str, locks: usize) -> anyhow::Result<Fail
     let (ns, mut op) = setup(env, tag, &names, json!({})).await?;
     let lease_s = 15.0;
     let client = env.new_client().await?;
+    // The timeline: every Lease and claim change the bench's own watches see, and per sample the
+    // kill, the last renewal and the acquire() return, on the wall clock (the operator's log has
+    // the same clock), in target/bench/failover-timeline-<tag>.json; benches/failover-timeline.py
+    // splits each failover into phases with the operator's log.
+    let timeline = Timeline::start(&env.new_client().await?, &ns).await?;
     let mut tasks = vec![];
     for name in names {
+        let timeline = timeline.clone();
         let (env_bin, kubeconfig, logs) = (env.leasehold_bin.clone(), env.kubeconfig.clone(), env.out_dir.join("logs"));
         let (client, ns) = (client.clone(), ns.clone());
         tasks.push(tokio::spawn(async move {
@@ -403,6 +409,14 @@ pub async fn failover(env: &Env, tag: &str, locks: usize) -> anyhow::Result<Fail
             let guard = r?;
             let _ = guard.release().await;
             let from_renew = last_renew.and_then(|r| wall1.duration_since(r).ok()).map(ms);
+            let wall_kill = wall1.checked_sub(t1.duration_since(t_kill));
+            timeline.sample(json!({
+                "lock": name,
+                "killed": wall_kill.map(unix_s),
+                "last_renewal": last_renew.map(unix_s),
+                "acquired": unix_s(wall1),
+                "from_renewal_ms": from_renew,
+            }));
             Ok::<_, anyhow::Error>((ms(t1.duration_since(t_kill)), from_renew))
         }));
     }
@@ -423,6 +437,7 @@ pub async fn failover(env: &Env, tag: &str, locks: usize) -> anyhow::Result<Fail
         }
     }
     op.kill();
+    timeline.write(&env.out_dir.join(format!("failover-timeline-{tag}.json")), &op.log);
     env.finished(&ns);
     Ok(Failover::new(
         format!(
@@ -434,6 +449,74 @@ pub async fn failover(env: &Env, tag: &str, locks: usize) -> anyhow::Result<Fail
         errors,
         started.elapsed().as_secs_f64(),
     ))
+}
+
+/// Seconds since the Unix epoch.
+fn unix_s(t: SystemTime) -> f64 {
+    t.duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// The failover scenario's timeline: what the bench's watches on the namespace's Leases and
+/// claims saw (with the wall-clock time each event arrived) and one record per sample.
+#[derive(Clone)]
+struct Timeline {
+    events: Arc<Mutex<Vec<serde_json::Value>>>,
+    samples: Arc<Mutex<Vec<serde_json::Value>>>,
+    tasks: Arc<Vec<tokio::task::JoinHandle<()>>>,
+}
+
+impl Timeline {
+    async fn start(client: &kube::Client, ns: &str) -> anyhow::Result<Timeline> {
+        let events = Arc::new(Mutex::new(Vec::new()));
+        let leases: Api<Lease> = Api::namespaced(client.clone(), ns);
+        let claims: Api<DistributedLockClaim> = Api::namespaced(client.clone(), ns);
+        let ev = events.clone();
+        let lease_task =
+            tokio::spawn(watcher(leases, watcher::Config::default()).applied_objects().for_each(move |r| {
+                if let Ok(l) = r {
+                    let spec = l.spec.clone().unwrap_or_default();
+                    let renew = spec.renew_time.map(|t| t.0.as_nanosecond() as f64 / 1e9);
+                    ev.lock().unwrap_or_else(|e| e.into_inner()).push(json!({
+                        "seen": unix_s(SystemTime::now()), "kind": "lease", "name": l.name_any(),
+                        "rv": l.resource_version(), "holder": spec.holder_identity, "renew_time": renew,
+                    }));
+                }
+                futures::future::ready(())
+            }));
+        let ev = events.clone();
+        let claim_task =
+            tokio::spawn(watcher(claims, watcher::Config::default()).applied_objects().for_each(move |r| {
+                if let Ok(c) = r {
+                    let status = c.status.clone().unwrap_or_default();
+                    ev.lock().unwrap_or_else(|e| e.into_inner()).push(json!({
+                        "seen": unix_s(SystemTime::now()), "kind": "claim", "name": c.name_any(),
+                        "rv": c.resource_version(), "lock": c.spec.lock, "identity": c.spec.identity,
+                        "phase": status.phase.map(|p| format!("{p:?}")), "token": status.token,
+                    }));
+                }
+                futures::future::ready(())
+            }));
+        Ok(Timeline { events, samples: Arc::default(), tasks: Arc::new(vec![lease_task, claim_task]) })
+    }
+
+    fn sample(&self, s: serde_json::Value) {
+        self.samples.lock().unwrap_or_else(|e| e.into_inner()).push(s);
+    }
+
+    /// Stops the watches and writes the timeline (a failure to write is reported, not fatal).
+    fn write(&self, path: &std::path::Path, operator_log: &std::path::Path) {
+        for t in self.tasks.iter() {
+            t.abort();
+        }
+        let doc = json!({
+            "operator_log": operator_log,
+            "samples": *self.samples.lock().unwrap_or_else(|e| e.into_inner()),
+            "events": *self.events.lock().unwrap_or_else(|e| e.into_inner()),
+        });
+        if let Err(e) = std::fs::write(path, doc.to_string()) {
+            eprintln!("[bench] could not write {}: {e}", path.display());
+        }
+    }
 }
 
 /// Traffic of `delta` per `events`.

@@ -155,6 +155,12 @@ struct Timers {
 ///   reserved;
 /// - a waiter with `on-busy: skip` finds the lock busy only when every slot it may grant holds.
 ///
+/// Not served by the controller yet (it passes `max_holders: None`), and not yet safe: a review
+/// found four holes (README, "What the model checker proves": a lowered `maxHolders` with a
+/// missing or stale slot Lease, waiters unanswered while over the limit, `maxHolders` removed, a
+/// recreated lock's old holder in slot 1); their failing tests are on branch
+/// `semaphore-controller`.
+///
 /// # Errors
 /// [`TokenExhausted`] when the next token would not fit in an `int64`.
 pub fn step(snapshot: &Snapshot, now: Duration, clocks: &Clocks) -> Result<Step, TokenExhausted> {
