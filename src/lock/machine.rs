@@ -177,7 +177,11 @@ pub fn step(snapshot: &Snapshot, now: Duration, clocks: &Clocks) -> Result<Step,
     let waiting: BTreeSet<&str> = candidates.iter().filter(|c| c.is_waiter()).map(|c| c.uid.as_str()).collect();
     clocks.waiting_since.retain(|uid, _| waiting.contains(uid.as_str()));
 
-    let Some(max_holders) = snapshot.max_holders else {
+    // A holder recorded in a slot above 0 (a semaphore whose maxHolders was removed; the CRD
+    // forbids that, a hand edit does not) keeps the lock on the semaphore path, with one slot.
+    let slot_holders = candidates.iter().any(|c| !c.gated && !c.is_terminal() && c.slot > 0)
+        || snapshot.extra_slots.iter().any(|s| s.lease.as_ref().is_some_and(|l| l.holder.is_some()));
+    let Some(max_holders) = snapshot.max_holders.or(slot_holders.then_some(1)) else {
         clocks.slots.retain(|k, _| *k == 0);
         let (lease, marker) = snapshot.slot(0);
         let timers = time_holder(lease, marker, &candidates, now, clocks.slots.entry(0).or_default());
@@ -186,8 +190,18 @@ pub fn step(snapshot: &Snapshot, now: Duration, clocks: &Clocks) -> Result<Step,
         return Ok(Step { plan, slot: 0, holders, clocks });
     };
     let limit = max_holders.max(1);
-    let slots = limit.max(1 + snapshot.extra_slots.len() as u32);
+    let top_slot = candidates.iter().filter(|c| !c.gated && !c.is_terminal()).map(|c| c.slot).max().unwrap_or(0);
+    let slots = limit.max(1 + snapshot.extra_slots.len() as u32).max(top_slot + 1);
     clocks.slots.retain(|k, _| *k < slots);
+    // A holder that runs with a token above the ceiling (granted by an earlier lock object with
+    // the same name) may be in any slot: reserve above it before any slot decides, so no slot
+    // hands out its token again.
+    let running_max = candidates.iter().filter(|c| !c.gated && !c.is_terminal()).filter_map(|c| c.token).max();
+    if let Some(t) = running_max.filter(|t| *t > snapshot.ceiling) {
+        let decision = Decision::Reserve { from: snapshot.ceiling, to: fencing::reserve(snapshot.ceiling, t)? };
+        let waiters = grant::queue_of(&candidates).into_iter().map(|w| w.name.clone()).collect();
+        return Ok(Step { plan: Plan { decision, holder: None, waiters }, slot: 0, holders: vec![], clocks });
+    }
 
     // Which slot a waiter belongs to while its grant is half done: the lowest whose Lease names it.
     let named_in = |c: &Candidate| {
@@ -208,11 +222,14 @@ pub fn step(snapshot: &Snapshot, now: Duration, clocks: &Clocks) -> Result<Step,
             time_holder(lease, marker, &views[k as usize], now, clocks.slots.entry(k).or_default())
         })
         .collect();
-    // First pass: who holds which slot.
+    // First pass: who holds which slot. A slot holds while its Lease's decision says so, and also
+    // while a candidate granted in it still runs, whatever the Lease shows (missing, free in a
+    // stale cache, being repaired).
     let mut held = vec![false; slots as usize];
     for k in 0..slots {
         let plan = decide_slot(snapshot, snapshot.slot(k).0, &views[k as usize], timers[k as usize], true)?;
-        held[k as usize] = plan.holder.is_some();
+        let runs = views[k as usize].iter().any(|c| !c.gated && !c.is_terminal() && c.token.is_some());
+        held[k as usize] = plan.holder.is_some() || runs;
     }
     let holding = held.iter().filter(|h| **h).count() as u32;
     // Second pass: each slot decides with what it may do.
@@ -233,7 +250,16 @@ pub fn step(snapshot: &Snapshot, now: Duration, clocks: &Clocks) -> Result<Step,
         }
         let decision = match plan.decision {
             Decision::UpdateLease { holder: Some(mut g), released, floor } => {
-                let exclusive = snapshot.fresh_reservation.map(|f| f.saturating_add(1).max(g.token));
+                // Above the ceiling this step raised from, and above every token in view (any
+                // slot's Lease, any candidate): the slot's own decision saw only its slot.
+                let seen = candidates
+                    .iter()
+                    .filter_map(|c| c.token)
+                    .chain((0..slots).filter_map(|j| snapshot.slot(j).0.map(|l| l.token)))
+                    .max()
+                    .unwrap_or(0);
+                let exclusive =
+                    snapshot.fresh_reservation.map(|f| f.saturating_add(1).max(g.token).max(seen.saturating_add(1)));
                 match exclusive.filter(|t| *t <= snapshot.ceiling) {
                     Some(token) => {
                         (g.token, g.slot) = (token, k);
@@ -268,14 +294,34 @@ pub fn step(snapshot: &Snapshot, now: Duration, clocks: &Clocks) -> Result<Step,
     let (slot, decision) = match act {
         Some(k) => (k as u32, plans.swap_remove(k).decision),
         None => {
-            let requeue_after = plans
-                .iter()
-                .filter_map(|p| match p.decision {
-                    Decision::Idle { requeue_after } => requeue_after,
-                    _ => None,
-                })
-                .min();
-            (0, Decision::Idle { requeue_after })
+            // Waiters no slot may serve now (the lock is over a lowered limit) still give up on
+            // time: skip while the lock is full, max-wait when it runs out.
+            let queue: Vec<&Candidate> = grant::queue_of(&candidates)
+                .into_iter()
+                .filter(|w| holders.iter().all(|h| h.uid != w.uid) && named_in(w).is_none())
+                .collect();
+            let nobody = Grant {
+                kind: HolderKind::Pod,
+                name: String::new(),
+                identity: String::new(),
+                uid: String::new(),
+                resource_version: String::new(),
+                token: 0,
+                slot: 0,
+            };
+            let rejects = grant::rejections(&queue, &nobody, holding >= limit);
+            if rejects.is_empty() {
+                let requeue_after = plans
+                    .iter()
+                    .filter_map(|p| match p.decision {
+                        Decision::Idle { requeue_after } => requeue_after,
+                        _ => None,
+                    })
+                    .fold(grant::next_wait_expiry(&queue), |a, b| grant::min_some(a, Some(b)));
+                (0, Decision::Idle { requeue_after })
+            } else {
+                (0, Decision::RejectWaiters(rejects))
+            }
         }
     };
     Ok(Step { plan: Plan { decision, holder: first_holder, waiters }, slot, holders, clocks })
