@@ -232,13 +232,19 @@ impl Holder {
     /// # Errors
     /// [`HolderError::LockNotFound`], [`HolderError::InvalidTimings`], [`HolderError::Kube`].
     pub async fn lease_timings(&self) -> Result<(Duration, Duration), HolderError> {
+        let (lease_duration, timings) = self.read_timings().await?;
+        Ok((lease_duration, timings.renew_deadline))
+    }
+
+    /// Reads the lock: its lease duration and this holder's timings resolved against it.
+    async fn read_timings(&self) -> Result<(Duration, Resolved), HolderError> {
         let locks: Api<DistributedLock> = Api::namespaced(self.client.clone(), &self.namespace);
         let lock =
             locks.get_opt(&self.lock).await.map_err(kube_err("get DistributedLock"))?.ok_or_else(|| {
                 HolderError::LockNotFound { namespace: self.namespace.clone(), lock: self.lock.clone() }
             })?;
         let lease_duration = Duration::from_secs(lock.spec.lease_duration_seconds.max(1) as u64);
-        Ok((lease_duration, resolve_timings(lease_duration, self.timings)?.renew_deadline))
+        Ok((lease_duration, resolve_timings(lease_duration, self.timings)?))
     }
 
     /// Joins the queue without waiting: creates the claim and returns a [`Ticket`] to wait on or
@@ -247,13 +253,7 @@ impl Holder {
     /// # Errors
     /// [`HolderError::LockNotFound`], [`HolderError::InvalidTimings`], [`HolderError::Kube`].
     pub async fn enqueue(&self, on_busy: OnBusy) -> Result<Ticket, HolderError> {
-        let locks: Api<DistributedLock> = Api::namespaced(self.client.clone(), &self.namespace);
-        let lock =
-            locks.get_opt(&self.lock).await.map_err(kube_err("get DistributedLock"))?.ok_or_else(|| {
-                HolderError::LockNotFound { namespace: self.namespace.clone(), lock: self.lock.clone() }
-            })?;
-        let lease_duration = Duration::from_secs(lock.spec.lease_duration_seconds.max(1) as u64);
-        let timings = resolve_timings(lease_duration, self.timings)?;
+        let (lease_duration, timings) = self.read_timings().await?;
 
         let claims: Api<DistributedLockClaim> = Api::namespaced(self.client.clone(), &self.namespace);
         let claim = DistributedLockClaim {

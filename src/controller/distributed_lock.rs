@@ -151,8 +151,15 @@ async fn reconcile_lock(lock: Arc<DistributedLock>, ctx: Arc<Context>, started: 
                     .await
                     .inspect_err(|e| count_conflict(&ctx.metrics, e))?;
                 lease_obj = Some(written);
-                // The new holder first (its pod ungated, its claim granted): the release's
-                // Event and the old claim's status are not on the handover's path.
+                // A claim whose grant this write took back shows `Expired` before the next
+                // holder's claim shows `Granted`, so no two claims show `Granted` at once (issue
+                // 10). No write when the released holder is a pod or its claim is gone (a
+                // voluntary release frees the Lease itself and takes no `released` here), so a
+                // handover's path carries no extra write; the release's Event comes after the grant.
+                if let Some(r) = &released {
+                    let view = lease_obj.as_ref().map(lease::view).unwrap_or_default();
+                    expire_claims(&ctx, &ns, &lock, &mut snapshot, &view, Some(r)).await?;
+                }
                 let granted = match holder {
                     Some(g) => {
                         ctx.metrics.grants.inc();
@@ -168,8 +175,6 @@ async fn reconcile_lock(lock: Arc<DistributedLock>, ctx: Arc<Context>, started: 
                 if let Some(r) = &released {
                     // Also when the holder patch failed: the Lease records the release.
                     record_release(&ctx, &lock, r).await;
-                    let view = lease_obj.as_ref().map(lease::view).unwrap_or_default();
-                    expire_claims(&ctx, &ns, &lock, &mut snapshot, &view, Some(r)).await?;
                 }
                 if let Some(patched) = granted {
                     snapshot.absorb_candidate(patched?);
