@@ -58,6 +58,7 @@ fn snap(
         candidates: c,
         ceiling,
         highest_token: 0,
+        slot_tokens: vec![],
         fresh_reservation: None,
     }
 }
@@ -73,6 +74,11 @@ fn run_to_write(mut s: Snapshot) -> (Snapshot, leasehold::lock::machine::Step) {
             Decision::Reserve { from, to } => {
                 s.ceiling = to;
                 s.fresh_reservation = Some(from);
+                if let Some(k) = st.reserved_slot {
+                    let k = k as usize;
+                    s.slot_tokens.resize(s.slot_tokens.len().max(k + 1), 0);
+                    s.slot_tokens[k] = to;
+                }
             }
             _ => return (s, st),
         }
@@ -205,5 +211,43 @@ fn f4_token_above_ceiling_in_another_slot_is_handed_again() {
     let (_, st) = run_to_write(s);
     if let Decision::UpdateLease { holder: Some(g), .. } = &st.plan.decision {
         assert_ne!(g.token, 1002, "slot {} grants {} token 1002, which pod-y (slot 1) runs with", st.slot, g.name);
+    }
+}
+
+/// F1'': maxHolders lowered 3 -> 2 while a grant reserved under 3 is in flight in slot 2 (its
+/// reservation, token 1003, is recorded on the lock; its Lease write is not in this operator's
+/// cache, nor is the pod it went to). pod-a runs in slot 0, pod-b is done and slot 1's Lease
+/// free, pod-d waits.
+/// Slot 2 counts as held, so nothing is granted: the write fences slot 2 (floor 1003, the
+/// in-flight write's compare-and-swap then fails), and only then may slot 1 grant.
+#[test]
+fn f1c_a_grant_in_flight_in_another_slot_counts_until_its_slot_is_fenced() {
+    let a = pod("pod-a", 0, 0, Some(1001));
+    let mut b = pod("pod-b", 1, 1, Some(1002));
+    b.phase = Phase::Succeeded;
+    let d = pod("pod-d", 3, 0, None);
+    let mut s = snap(
+        Some(2),
+        Some(lease(Some("pod-a"), 1001)),
+        vec![Some(lease(None, 1002)), Some(lease(None, 0))],
+        vec![a, b, d],
+        1003,
+    );
+    s.slot_tokens = vec![1001, 1002, 1003];
+    let (s, st) = run_to_write(s);
+    match &st.plan.decision {
+        Decision::UpdateLease { holder: None, floor: Some(1003), .. } if st.slot == 2 => {}
+        other => panic!("expected slot 2 fenced at 1003 before any grant, got slot {} {other:?}", st.slot),
+    }
+    // Fenced (the in-flight grant never landed): slot 2 is settled and free; slot 1 may grant.
+    let mut s = s;
+    s.extra_slots[1].lease = Some(LeaseView { floor: 1003, ..lease(None, 0) });
+    s.fresh_reservation = None;
+    let (_, st) = run_to_write(s);
+    match &st.plan.decision {
+        Decision::UpdateLease { holder: Some(g), .. } => {
+            assert_eq!((g.name.as_str(), g.slot, g.token), ("pod-d", 1, 1004))
+        }
+        other => panic!("expected pod-d granted in slot 1 once slot 2 was fenced, got {other:?}"),
     }
 }
