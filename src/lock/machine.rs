@@ -310,6 +310,11 @@ pub fn step(snapshot: &Snapshot, now: Duration, clocks: &Clocks) -> Result<Step,
             Decision::Idle { .. } if in_flight && snapshot.slot(k).0.is_some_and(|l| l.holder.is_none()) => {
                 Decision::UpdateLease { holder: None, released: None, floor: Some(reserved(k)) }
             }
+            // Its Lease is gone (deleted by someone, or not created yet): create it free, floored
+            // at the reserved token (an in-flight create then finds it exists).
+            Decision::Idle { .. } if in_flight && snapshot.slot(k).0.is_none() => {
+                Decision::CreateLease { holder: None, floor: reserved(k) }
+            }
             Decision::CreateLease { holder, floor } if in_flight => {
                 Decision::CreateLease { holder: holder.map(|g| Grant { slot: k, ..g }), floor: floor.max(reserved(k)) }
             }
