@@ -209,6 +209,8 @@ struct Config {
     /// Someone sets `spec.maxHolders` to this (once, at any time): lowering a semaphore, or
     /// turning a single-holder lock into one ([`Action::MaxHoldersChanged`]).
     change_max_holders: Option<u8>,
+    /// Review: the change removes `spec.maxHolders` instead (back to a single-holder lock).
+    remove_max_holders: bool,
     /// Per pod slot and per claim: its busy policy.
     pod_policy: [Policy; 3],
     claim_policy: [Policy; 2],
@@ -235,6 +237,7 @@ impl Config {
         start_timeout_secs: 10_000,
         max_holders: None,
         change_max_holders: None,
+        remove_max_holders: false,
         pod_policy: [Policy::WAIT; 3],
         claim_policy: [Policy::WAIT; 2],
         bug: None,
@@ -276,6 +279,8 @@ struct LockObj {
     highest: i64,
     /// `spec.maxHolders`.
     max_holders: Option<u8>,
+    /// `status.slotTokens`: per slot, the token last reserved for a grant there.
+    slot_tokens: Vec<i64>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -496,7 +501,14 @@ impl LockModel {
         // Start where every lock is after its first reconcile: tokens reserved, the Lease
         // created free (the bootstrap path is explored again after a Lease deletion).
         let lease = LeaseObj { rv: 1, holder: None, token: 0, floor: Some(0), renew: None, owner: 0 };
-        let lock = LockObj { rv: 1, uid: 0, ceiling: 1000, highest: 0, max_holders: self.cfg.max_holders };
+        let lock = LockObj {
+            rv: 1,
+            uid: 0,
+            ceiling: 1000,
+            highest: 0,
+            max_holders: self.cfg.max_holders,
+            slot_tokens: vec![],
+        };
         // A semaphore's slot Leases too (each is created like the lock's own, lazily, at its
         // first grant: explored from `fresh` and after a Lease deletion).
         let mut leases = vec![None; self.cfg.slots()];
@@ -517,6 +529,10 @@ impl LockModel {
             let holder = Some((name.to_string(), p.uid.clone(), HolderKind::Pod));
             api.leases[k] = Some(LeaseObj { rv: 1, holder, token, floor: Some(0), renew: Some(1), owner: 0 });
             api.lock.highest = token;
+            if self.cfg.max_holders.is_some() {
+                api.lock.slot_tokens.resize(k + 1, 0);
+                api.lock.slot_tokens[k] = token;
+            }
             handed.push((0, k as u8, token));
         }
         let op = Operator { cache: api.clone(), session: None, clocks: Clocks::default() };
@@ -633,6 +649,7 @@ fn snapshot(view: &View, fresh_reservation: Option<i64>, cfg: &Config) -> Snapsh
         max_holders: view.lock.max_holders.map(u32::from),
         candidates,
         ceiling: view.lock.ceiling,
+        slot_tokens: view.lock.slot_tokens.clone(),
         highest_token: view.lock.highest,
         fresh_reservation,
     }
@@ -770,6 +787,11 @@ impl World {
                         self.reservations.push((from, to, m));
                     }
                     self.api.lock.ceiling = to;
+                    if let Some(k) = step.reserved_slot.map(|k| k as usize) {
+                        let tokens = &mut self.api.lock.slot_tokens;
+                        tokens.resize(tokens.len().max(k + 1), 0);
+                        tokens[k] = to;
+                    }
                     self.api.lock.rv = self.rv();
                     view.lock = self.api.lock.clone();
                     fresh = Some(from);
@@ -1295,13 +1317,21 @@ impl Model for LockModel {
                 w.faults += 1;
                 w.old_ceiling = w.api.lock.ceiling;
                 let rv = w.rv();
-                w.api.lock = LockObj { rv, uid: 1, ceiling: 0, highest: 0, max_holders: w.api.lock.max_holders };
+                w.api.lock = LockObj {
+                    rv,
+                    uid: 1,
+                    ceiling: 0,
+                    highest: 0,
+                    max_holders: w.api.lock.max_holders,
+                    slot_tokens: vec![],
+                };
             }
             Action::LeaseCollected(k) => w.api.leases[k] = None,
             Action::MaxHoldersChanged => {
                 w.max_changed = true;
                 let rv = w.rv();
-                (w.api.lock.max_holders, w.api.lock.rv) = (self.cfg.change_max_holders, rv);
+                (w.api.lock.max_holders, w.api.lock.rv) =
+                    (if self.cfg.remove_max_holders { None } else { self.cfg.change_max_holders }, rv);
             }
         }
         Some(w)
@@ -1659,4 +1689,49 @@ fn planted(bug: Bug, depth: usize) {
         .or_else(|| trace(&checker, I2))
         .expect("the checker must find the double grant the planted bug allows");
     eprintln!("counterexample found, as it must be:\n{t}");
+}
+
+/// A semaphore lowered from 2 to 1 while both slots hold, as the review found it (F1-F3 in the
+/// README): the holders of both slots stay counted whatever happens to their Leases, and the
+/// waiters are still answered while the lock is over its new limit.
+const LOWERED: Config = Config {
+    pods: 3,
+    restarts: 0,
+    faults: 0,
+    start_held: true,
+    start_held_slots: 2,
+    max_holders: Some(2),
+    change_max_holders: Some(1),
+    ..Config::BASE
+};
+
+/// Over a lowered limit, a skip waiter finds the lock busy and is rejected (F2).
+#[test]
+fn lowered_max_holders_still_answers_a_skip_waiter() {
+    let cfg = Config { pod_policy: [Policy::WAIT, Policy::WAIT, Policy::SKIP], ..LOWERED };
+    assert_safe("lowered-skip", cfg, 6, &[REJECT_BUSY]);
+}
+
+/// Over a lowered limit, a max-wait waiter is rejected when its wait runs out (F2).
+#[test]
+fn lowered_max_holders_still_answers_a_max_wait_waiter() {
+    let cfg = Config { max_time: 2, pod_policy: [Policy::WAIT, Policy::WAIT, Policy::max_wait(1)], ..LOWERED };
+    assert_safe("lowered-max-wait", cfg, 8, &[REJECT_TIMEOUT]);
+}
+
+/// `maxHolders` removed while both slots hold (the CRD forbids it; a hand edit or an old CRD
+/// does not): the holder of slot 1 keeps the lock on the semaphore path, nobody is granted
+/// beside it (F3).
+#[test]
+fn removing_max_holders_keeps_the_slot_holders_counted() {
+    let cfg = Config { remove_max_holders: true, ..LOWERED };
+    assert_safe("removed", cfg, 10, &[]);
+}
+
+/// Lowered while a third party deletes a slot's Lease (F1): the holder that still runs in that
+/// slot stays counted, so nothing is granted beside it over the new limit.
+#[test]
+fn lowered_max_holders_with_a_slot_lease_deleted() {
+    let cfg = Config { faults: 1, ..LOWERED };
+    assert_safe("lowered-lease-deleted", cfg, 10, &[]);
 }

@@ -104,6 +104,8 @@ async fn reconcile_lock(lock: Arc<DistributedLock>, ctx: Arc<Context>, started: 
         candidates,
         ceiling: 0,
         highest_token: 0,
+        // Semaphores are not served yet (issue 14): no slot reservations to read.
+        slot_tokens: vec![],
         fresh_reservation: None,
     };
     for _ in 0..MAX_STEPS {

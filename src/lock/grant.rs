@@ -606,7 +606,7 @@ fn holder_state(obs: &Observation<'_>, lease: &LeaseView, has_waiters: bool) -> 
 
 /// Waiters that give up while `holder` holds: skip policy (only when the lock is `at_capacity`),
 /// or max-wait reached.
-fn rejections(waiters: &[&Candidate], holder: &Grant, at_capacity: bool) -> Vec<Reject> {
+pub(crate) fn rejections(waiters: &[&Candidate], holder: &Grant, at_capacity: bool) -> Vec<Reject> {
     waiters
         .iter()
         .filter(|w| w.uid != holder.uid)
@@ -629,11 +629,11 @@ fn rejections(waiters: &[&Candidate], holder: &Grant, at_capacity: bool) -> Vec<
 }
 
 /// When the first waiter's max-wait runs out.
-fn next_wait_expiry(waiters: &[&Candidate]) -> Option<Duration> {
+pub(crate) fn next_wait_expiry(waiters: &[&Candidate]) -> Option<Duration> {
     waiters.iter().filter_map(|w| w.max_wait.zip(w.waiting_for).map(|(max, waited)| max.saturating_sub(waited))).min()
 }
 
-fn min_some(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
+pub(crate) fn min_some(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
     match (a, b) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),

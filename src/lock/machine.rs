@@ -53,6 +53,12 @@ pub struct Snapshot {
     pub candidates: Vec<Candidate>,
     /// The lock's `status.tokenCeiling`.
     pub ceiling: i64,
+    /// A semaphore's `status.slotTokens`: `slot_tokens[k]` is the last token reserved for a
+    /// grant in slot k (missing or 0: none). Written by the same compare-and-swap that raises
+    /// the ceiling ([`Step::reserved_slot`]), so every operator that reserves next has seen it.
+    /// Slot k counts as held while its Lease (token or floor) is below it: a grant reserved
+    /// there may still land, even if no cache shows it yet. Empty for a single-holder lock.
+    pub slot_tokens: Vec<i64>,
     /// The lock's `status.highestToken`.
     pub highest_token: i64,
     /// `Some(c)` right after this reconcile raised the ceiling from `c` (see
@@ -123,6 +129,10 @@ pub struct Step {
     pub slot: u32,
     /// Every holder, by slot (at most one per slot).
     pub holders: Vec<Grant>,
+    /// `Some(k)` when the decision is a semaphore's [`Decision::Reserve`] for a grant in slot
+    /// k: the caller's compare-and-swap that raises `status.tokenCeiling` to `to` also sets
+    /// `status.slotTokens[k]` to `to` (see [`Snapshot::slot_tokens`]). `None` otherwise.
+    pub reserved_slot: Option<u32>,
     /// Clock state to pass to the next step for this lock.
     pub clocks: Clocks,
 }
@@ -146,20 +156,27 @@ struct Timers {
 /// waiters (a waiter some slot's Lease already names, its grant not finished yet, only in the
 /// lowest such slot's view); the first slot that has a write to do gets the step. On top of
 /// what each slot decides:
-/// - a slot grants only while fewer than `max_holders` other slots hold and its number is below
-///   `max_holders` (lowering `maxHolders` revokes nobody: slots above it grant nothing more);
+/// - a slot grants only while its number is below `max_holders` and fewer than `max_holders`
+///   other slots hold. A slot holds while its Lease's decision says so, while a candidate granted
+///   in it runs (whatever its Lease shows), and while its reservation is unsettled (below).
+///   Lowering `maxHolders` revokes nobody: slots above it grant nothing more;
 /// - every grant's token is reserved by itself: the step first raises the ceiling to exactly
-///   that token by compare-and-swap ([`Decision::Reserve`]), then grants the token above the
-///   ceiling it raised from. Two slots (or two operator processes) therefore never issue the
-///   same token, and each token is above every token whose grant finished before it was
-///   reserved;
-/// - a waiter with `on-busy: skip` finds the lock busy only when every slot it may grant holds.
+///   that token by compare-and-swap ([`Decision::Reserve`], with [`Step::reserved_slot`]: the
+///   same write records it as the slot's reserved token, [`Snapshot::slot_tokens`]), then grants
+///   that token in that slot, above every token in view. Two slots (or two operator processes)
+///   therefore never issue the same token, each token is above every token whose grant finished
+///   before it was reserved, and a later reservation has seen every earlier one's slot;
+/// - a slot whose Lease (token or floor) is below its reserved token has a grant in flight (or a
+///   cache that has not seen it land): it counts as held, and its Lease is written free with the
+///   floor raised to that token (created if missing) before it grants, so the in-flight write's
+///   compare-and-swap fails;
+/// - a running token above the ceiling (an earlier lock object's holder) is reserved above first;
+///   a holder in a slot above 0 keeps the lock on the semaphore path if `max_holders` is removed;
+/// - a waiter with `on-busy: skip` finds the lock busy only when every slot it may grant holds,
+///   and skip and max-wait waiters are answered at lock level when no slot may serve them.
 ///
-/// Not served by the controller yet (it passes `max_holders: None`), and not yet safe: a review
-/// found four holes (README, "What the model checker proves": a lowered `maxHolders` with a
-/// missing or stale slot Lease, waiters unanswered while over the limit, `maxHolders` removed, a
-/// recreated lock's old holder in slot 1); their failing tests are on branch
-/// `semaphore-controller`.
+/// Model-checked (README, "What the model checker proves"), but not served by the controller
+/// yet: it passes `max_holders: None` and no slot reservations.
 ///
 /// # Errors
 /// [`TokenExhausted`] when the next token would not fit in an `int64`.
@@ -177,17 +194,38 @@ pub fn step(snapshot: &Snapshot, now: Duration, clocks: &Clocks) -> Result<Step,
     let waiting: BTreeSet<&str> = candidates.iter().filter(|c| c.is_waiter()).map(|c| c.uid.as_str()).collect();
     clocks.waiting_since.retain(|uid, _| waiting.contains(uid.as_str()));
 
-    let Some(max_holders) = snapshot.max_holders else {
+    // A holder recorded in a slot above 0 (a semaphore whose maxHolders was removed; the CRD
+    // forbids that, a hand edit does not) keeps the lock on the semaphore path, with one slot.
+    let slot_holders = candidates.iter().any(|c| !c.gated && !c.is_terminal() && c.slot > 0)
+        || snapshot.extra_slots.iter().any(|s| s.lease.as_ref().is_some_and(|l| l.holder.is_some()));
+    let Some(max_holders) = snapshot.max_holders.or(slot_holders.then_some(1)) else {
         clocks.slots.retain(|k, _| *k == 0);
         let (lease, marker) = snapshot.slot(0);
         let timers = time_holder(lease, marker, &candidates, now, clocks.slots.entry(0).or_default());
         let plan = decide_slot(snapshot, lease, &candidates, timers, true)?;
         let holders = plan.holder.iter().cloned().collect();
-        return Ok(Step { plan, slot: 0, holders, clocks });
+        return Ok(Step { plan, slot: 0, holders, clocks, reserved_slot: None });
     };
     let limit = max_holders.max(1);
-    let slots = limit.max(1 + snapshot.extra_slots.len() as u32);
+    let top_slot = candidates.iter().filter(|c| !c.gated && !c.is_terminal()).map(|c| c.slot).max().unwrap_or(0);
+    let top_reserved = snapshot.slot_tokens.iter().rposition(|t| *t > 0).map_or(0, |k| k as u32);
+    let slots = limit.max(1 + snapshot.extra_slots.len() as u32).max(top_slot + 1).max(top_reserved + 1);
     clocks.slots.retain(|k, _| *k < slots);
+    // A holder that runs with a token above the ceiling (granted by an earlier lock object with
+    // the same name) may be in any slot: reserve above it before any slot decides, so no slot
+    // hands out its token again.
+    let running_max = candidates.iter().filter(|c| !c.gated && !c.is_terminal()).filter_map(|c| c.token).max();
+    if let Some(t) = running_max.filter(|t| *t > snapshot.ceiling) {
+        let decision = Decision::Reserve { from: snapshot.ceiling, to: fencing::reserve(snapshot.ceiling, t)? };
+        let waiters = grant::queue_of(&candidates).into_iter().map(|w| w.name.clone()).collect();
+        return Ok(Step {
+            plan: Plan { decision, holder: None, waiters },
+            slot: 0,
+            holders: vec![],
+            clocks,
+            reserved_slot: None,
+        });
+    }
 
     // Which slot a waiter belongs to while its grant is half done: the lowest whose Lease names it.
     let named_in = |c: &Candidate| {
@@ -208,18 +246,29 @@ pub fn step(snapshot: &Snapshot, now: Duration, clocks: &Clocks) -> Result<Step,
             time_holder(lease, marker, &views[k as usize], now, clocks.slots.entry(k).or_default())
         })
         .collect();
-    // First pass: who holds which slot.
+    // The token last reserved for slot k, and whether slot k's Lease has caught up with it
+    // (its token or floor at or above it). An unsettled slot has a grant in flight (or a cache
+    // that has not seen it land); this step's own fresh reservation is the one it may grant.
+    let reserved = |k: u32| snapshot.slot_tokens.get(k as usize).copied().unwrap_or(0);
+    let settled = |k: u32| snapshot.slot(k).0.map_or(0, |l| l.token.max(l.floor)) >= reserved(k);
+    let mine = |k: u32| snapshot.fresh_reservation.is_some() && reserved(k) == snapshot.ceiling && !settled(k);
+    // First pass: who holds which slot. A slot holds while its Lease's decision says so, while a
+    // candidate granted in it still runs, whatever the Lease shows (missing, free in a stale
+    // cache, being repaired), and while a grant reserved for it may still land.
     let mut held = vec![false; slots as usize];
     for k in 0..slots {
         let plan = decide_slot(snapshot, snapshot.slot(k).0, &views[k as usize], timers[k as usize], true)?;
-        held[k as usize] = plan.holder.is_some();
+        let runs = views[k as usize].iter().any(|c| !c.gated && !c.is_terminal() && c.token.is_some());
+        held[k as usize] = plan.holder.is_some() || runs || !settled(k);
     }
     let holding = held.iter().filter(|h| **h).count() as u32;
     // Second pass: each slot decides with what it may do.
     let mut plans = Vec::with_capacity(slots as usize);
     for k in 0..slots {
         let others = holding - u32::from(held[k as usize]);
-        let may_grant = k < limit && others < limit;
+        // Another reservation in flight for this slot: no grant until it is fenced off below.
+        let in_flight = !settled(k) && !mine(k);
+        let may_grant = k < limit && others < limit && !in_flight;
         // A slot that may not grant does not see the waiters: it neither reserves nor creates a
         // Lease for them.
         let view: Vec<Candidate> = if may_grant {
@@ -231,19 +280,50 @@ pub fn step(snapshot: &Snapshot, now: Duration, clocks: &Clocks) -> Result<Step,
         if let Some(h) = &mut plan.holder {
             h.slot = k;
         }
+        let mut reserves_for = None;
         let decision = match plan.decision {
             Decision::UpdateLease { holder: Some(mut g), released, floor } => {
-                let exclusive = snapshot.fresh_reservation.map(|f| f.saturating_add(1).max(g.token));
-                match exclusive.filter(|t| *t <= snapshot.ceiling) {
+                // Above every token in view (any slot's Lease, any candidate): the slot's own
+                // decision saw only its slot.
+                let seen = candidates
+                    .iter()
+                    .filter_map(|c| c.token)
+                    .chain((0..slots).filter_map(|j| snapshot.slot(j).0.map(|l| l.token)))
+                    .max()
+                    .unwrap_or(0);
+                let wanted = g.token.max(seen.saturating_add(1));
+                // Only the token this step itself reserved for this slot, by one compare-and-swap
+                // that also recorded the slot: every other reservation sees this grant coming.
+                match Some(reserved(k)).filter(|t| mine(k) && *t >= wanted) {
                     Some(token) => {
                         (g.token, g.slot) = (token, k);
                         Decision::UpdateLease { holder: Some(g), released, floor }
                     }
-                    None => Decision::Reserve {
-                        from: snapshot.ceiling,
-                        to: fencing::reserve_one(snapshot.ceiling, g.token)?,
-                    },
+                    None => {
+                        reserves_for = Some(k);
+                        Decision::Reserve {
+                            from: snapshot.ceiling,
+                            to: fencing::reserve_one(snapshot.ceiling, wanted)?,
+                        }
+                    }
                 }
+            }
+            // A grant reserved for this slot by another step may still land: fence it off with
+            // a Lease write (its compare-and-swap fails once this lands) that raises the floor to
+            // its token, releasing what the slot's decision releases.
+            Decision::UpdateLease { holder: None, released, floor } if in_flight => {
+                Decision::UpdateLease { holder: None, released, floor: Some(floor.unwrap_or(0).max(reserved(k))) }
+            }
+            Decision::Idle { .. } if in_flight && snapshot.slot(k).0.is_some_and(|l| l.holder.is_none()) => {
+                Decision::UpdateLease { holder: None, released: None, floor: Some(reserved(k)) }
+            }
+            // Its Lease is gone (deleted by someone, or not created yet): create it free, floored
+            // at the reserved token (an in-flight create then finds it exists).
+            Decision::Idle { .. } if in_flight && snapshot.slot(k).0.is_none() => {
+                Decision::CreateLease { holder: None, floor: reserved(k) }
+            }
+            Decision::CreateLease { holder, floor } if in_flight => {
+                Decision::CreateLease { holder: holder.map(|g| Grant { slot: k, ..g }), floor: floor.max(reserved(k)) }
             }
             Decision::CreateLease { holder, floor } => {
                 Decision::CreateLease { holder: holder.map(|g| Grant { slot: k, ..g }), floor }
@@ -255,30 +335,53 @@ pub fn step(snapshot: &Snapshot, now: Duration, clocks: &Clocks) -> Result<Step,
             other => other,
         };
         plan.decision = decision;
-        plans.push(plan);
+        plans.push((plan, reserves_for));
     }
-    let holders: Vec<Grant> = plans.iter().filter_map(|p| p.holder.clone()).collect();
+    let holders: Vec<Grant> = plans.iter().filter_map(|(p, _)| p.holder.clone()).collect();
     let waiters: Vec<String> = grant::queue_of(&candidates)
         .into_iter()
         .filter(|w| holders.iter().all(|h| h.uid != w.uid))
         .map(|w| w.name.clone())
         .collect();
     let first_holder = holders.first().cloned();
-    let act = plans.iter().position(|p| !matches!(p.decision, Decision::Idle { .. }));
-    let (slot, decision) = match act {
-        Some(k) => (k as u32, plans.swap_remove(k).decision),
+    let act = plans.iter().position(|(p, _)| !matches!(p.decision, Decision::Idle { .. }));
+    let (slot, decision, reserved_slot) = match act {
+        Some(k) => {
+            let (plan, reserves_for) = plans.swap_remove(k);
+            (k as u32, plan.decision, reserves_for)
+        }
         None => {
-            let requeue_after = plans
-                .iter()
-                .filter_map(|p| match p.decision {
-                    Decision::Idle { requeue_after } => requeue_after,
-                    _ => None,
-                })
-                .min();
-            (0, Decision::Idle { requeue_after })
+            // Waiters no slot may serve now (the lock is over a lowered limit) still give up on
+            // time: skip while the lock is full, max-wait when it runs out.
+            let queue: Vec<&Candidate> = grant::queue_of(&candidates)
+                .into_iter()
+                .filter(|w| holders.iter().all(|h| h.uid != w.uid) && named_in(w).is_none())
+                .collect();
+            let nobody = Grant {
+                kind: HolderKind::Pod,
+                name: String::new(),
+                identity: String::new(),
+                uid: String::new(),
+                resource_version: String::new(),
+                token: 0,
+                slot: 0,
+            };
+            let rejects = grant::rejections(&queue, &nobody, holding >= limit);
+            if rejects.is_empty() {
+                let requeue_after = plans
+                    .iter()
+                    .filter_map(|(p, _)| match p.decision {
+                        Decision::Idle { requeue_after } => requeue_after,
+                        _ => None,
+                    })
+                    .fold(grant::next_wait_expiry(&queue), |a, b| grant::min_some(a, Some(b)));
+                (0, Decision::Idle { requeue_after }, None)
+            } else {
+                (0, Decision::RejectWaiters(rejects), None)
+            }
         }
     };
-    Ok(Step { plan: Plan { decision, holder: first_holder, waiters }, slot, holders, clocks })
+    Ok(Step { plan: Plan { decision, holder: first_holder, waiters }, slot, holders, clocks, reserved_slot })
 }
 
 /// Runs the slot's holder clocks forward: what they say about the holder the slot's Lease
@@ -411,6 +514,7 @@ mod tests {
             candidates: vec![claim("b", 2, None), claim("a", 1, Some(4))],
             ceiling: 1000,
             highest_token: 4,
+            slot_tokens: vec![],
             fresh_reservation: None,
         }
     }
@@ -512,8 +616,10 @@ mod tests {
         s.ceiling = 1000;
         let st = step(&s, secs(1), &Clocks::default()).unwrap();
         assert_eq!(st.plan.decision, Decision::Reserve { from: 1000, to: 1001 }, "one token, by compare-and-swap");
+        assert_eq!(st.reserved_slot, Some(1), "reserved for slot 1, recorded by the same write");
         s.ceiling = 1001;
         s.fresh_reservation = Some(1000);
+        s.slot_tokens = vec![0, 1001];
         let st = step(&s, secs(1), &st.clocks).unwrap();
         match st.plan.decision {
             Decision::UpdateLease { holder: Some(g), released: None, .. } => {
@@ -565,7 +671,7 @@ mod tests {
         // Once a released slot 1, c is granted in slot 0, never in slot 1.
         s.candidates.remove(0);
         s.extra_slots[0].lease.as_mut().unwrap().holder = None;
-        (s.fresh_reservation, s.ceiling) = (Some(1000), 1001);
+        (s.fresh_reservation, s.ceiling, s.slot_tokens) = (Some(1000), 1001, vec![1001]);
         let st = step(&s, secs(2), &st.clocks).unwrap();
         assert!(
             matches!(st.plan.decision, Decision::UpdateLease { holder: Some(ref g), .. } if g.name == "c" && g.slot == 0)
