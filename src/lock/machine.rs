@@ -156,20 +156,27 @@ struct Timers {
 /// waiters (a waiter some slot's Lease already names, its grant not finished yet, only in the
 /// lowest such slot's view); the first slot that has a write to do gets the step. On top of
 /// what each slot decides:
-/// - a slot grants only while fewer than `max_holders` other slots hold and its number is below
-///   `max_holders` (lowering `maxHolders` revokes nobody: slots above it grant nothing more);
+/// - a slot grants only while its number is below `max_holders` and fewer than `max_holders`
+///   other slots hold. A slot holds while its Lease's decision says so, while a candidate granted
+///   in it runs (whatever its Lease shows), and while its reservation is unsettled (below).
+///   Lowering `maxHolders` revokes nobody: slots above it grant nothing more;
 /// - every grant's token is reserved by itself: the step first raises the ceiling to exactly
-///   that token by compare-and-swap ([`Decision::Reserve`]), then grants the token above the
-///   ceiling it raised from. Two slots (or two operator processes) therefore never issue the
-///   same token, and each token is above every token whose grant finished before it was
-///   reserved;
-/// - a waiter with `on-busy: skip` finds the lock busy only when every slot it may grant holds.
+///   that token by compare-and-swap ([`Decision::Reserve`], with [`Step::reserved_slot`]: the
+///   same write records it as the slot's reserved token, [`Snapshot::slot_tokens`]), then grants
+///   that token in that slot, above every token in view. Two slots (or two operator processes)
+///   therefore never issue the same token, each token is above every token whose grant finished
+///   before it was reserved, and a later reservation has seen every earlier one's slot;
+/// - a slot whose Lease (token or floor) is below its reserved token has a grant in flight (or a
+///   cache that has not seen it land): it counts as held, and its Lease is written free with the
+///   floor raised to that token (created if missing) before it grants, so the in-flight write's
+///   compare-and-swap fails;
+/// - a running token above the ceiling (an earlier lock object's holder) is reserved above first;
+///   a holder in a slot above 0 keeps the lock on the semaphore path if `max_holders` is removed;
+/// - a waiter with `on-busy: skip` finds the lock busy only when every slot it may grant holds,
+///   and skip and max-wait waiters are answered at lock level when no slot may serve them.
 ///
-/// Not served by the controller yet (it passes `max_holders: None`), and not yet safe: a review
-/// found four holes (README, "What the model checker proves": a lowered `maxHolders` with a
-/// missing or stale slot Lease, waiters unanswered while over the limit, `maxHolders` removed, a
-/// recreated lock's old holder in slot 1); their failing tests are on branch
-/// `semaphore-controller`.
+/// Model-checked (README, "What the model checker proves"), but not served by the controller
+/// yet: it passes `max_holders: None` and no slot reservations.
 ///
 /// # Errors
 /// [`TokenExhausted`] when the next token would not fit in an `int64`.
