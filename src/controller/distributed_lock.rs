@@ -1,5 +1,13 @@
-//! DistributedLock reconcile: observe (caches) -> decide ([`crate::lock::grant::decide`]) ->
+//! DistributedLock reconcile: observe (caches) -> decide ([`crate::lock::machine::step`]) ->
 //! apply (one write) -> repeat on the written objects -> report (status, Events, metrics).
+//!
+//! A semaphore (`spec.maxHolders: N`, issue 14) has one Lease per slot: slot 0 is the Lease
+//! named like the lock, slot k >= 1 the Lease `<lock>-slot-<k>` ([`lease::slot_lease_name`]),
+//! with the same label and controller ownerReference. Each Lease write of a step goes to the
+//! step's slot; a grant's reservation also records its slot in `status.slotTokens` (same
+//! compare-and-swap as `tokenCeiling`); a holder records its slot in the pod annotation
+//! `leasehold.dev/slot` or the claim's `status.slot` (and `status.leaseName`, which the holder
+//! library renews).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -502,6 +510,16 @@ async fn reserve_tokens(
     to: i64,
     slot: Option<u32>,
 ) -> Result<DistributedLock> {
+    let patch = reservation_patch(lock, to, slot);
+    let pp = PatchParams { field_manager: Some(TOKEN_FIELD_MANAGER.into()), ..PatchParams::default() };
+    call("reserve fencing tokens", api.patch_status(&lock.name_any(), &pp, &Patch::Merge(&patch))).await
+}
+
+/// The merge patch of [`reserve_tokens`]: `metadata.resourceVersion` of `lock` (the
+/// precondition), `status.tokenCeiling = to`, and with `slot = Some(k)` the whole
+/// `status.slotTokens` list as `lock` shows it, extended with zeros to k + 1 entries, with entry
+/// k set to `to` (a merge patch replaces a list whole; the precondition makes that safe).
+fn reservation_patch(lock: &DistributedLock, to: i64, slot: Option<u32>) -> serde_json::Value {
     let mut status = json!({ "tokenCeiling": to });
     if let Some(k) = slot.map(|k| k as usize) {
         let mut tokens = lock.status.as_ref().map(|s| s.slot_tokens.clone()).unwrap_or_default();
@@ -511,12 +529,10 @@ async fn reserve_tokens(
         tokens[k] = to;
         status["slotTokens"] = json!(tokens);
     }
-    let patch = json!({
+    json!({
         "metadata": { "resourceVersion": lock.resource_version() },
         "status": status,
-    });
-    let pp = PatchParams { field_manager: Some(TOKEN_FIELD_MANAGER.into()), ..PatchParams::default() };
-    call("reserve fencing tokens", api.patch_status(&lock.name_any(), &pp, &Patch::Merge(&patch))).await
+    })
 }
 
 /// Second write of a grant, after the Lease write: for a pod, the token annotation and the
@@ -1046,6 +1062,46 @@ mod tests {
         let mut d = a.clone();
         condition::set(&mut d.conditions, condition::READY, false, reason::RECONCILE_ERROR, "x", Some(1), t0);
         assert_ne!(status_digest(&a), status_digest(&d));
+    }
+
+    #[test]
+    fn a_semaphore_reservation_records_its_slot_in_the_same_patch_as_the_ceiling() {
+        let mut lock = DistributedLock::new("l", Default::default());
+        lock.metadata.resource_version = Some("41".into());
+        lock.status = Some(DistributedLockStatus { token_ceiling: 7, slot_tokens: vec![5], ..Default::default() });
+        let p = reservation_patch(&lock, 8, Some(2));
+        assert_eq!(
+            p,
+            json!({"metadata": {"resourceVersion": "41"}, "status": {"tokenCeiling": 8, "slotTokens": [5, 0, 8]}})
+        );
+        let p = reservation_patch(&lock, 9, Some(0));
+        assert_eq!(p["status"]["slotTokens"], json!([9]));
+        // A single-holder lock's block reservation leaves the slot list alone.
+        let p = reservation_patch(&lock, 1007, None);
+        assert_eq!(p, json!({"metadata": {"resourceVersion": "41"}, "status": {"tokenCeiling": 1007}}));
+    }
+
+    #[test]
+    fn a_pod_holder_reads_its_slot_from_its_annotation_missing_or_garbage_is_slot_0() {
+        let pod = |slot: Option<&str>| {
+            let mut ann = json!({LOCK_ANNOTATION: "l", GRANTED_LOCK_ANNOTATION: "l", TOKEN_ANNOTATION: "3"});
+            if let Some(s) = slot {
+                ann[SLOT_ANNOTATION] = json!(s);
+            }
+            let p: Pod = serde_json::from_value(json!({
+                "metadata": {"name": "p", "uid": "u", "creationTimestamp": "2026-12-02T00:00:00Z", "annotations": ann},
+            }))
+            .unwrap();
+            candidate_of_pod(&p, "l", false).unwrap().slot
+        };
+        assert_eq!((pod(Some("1")), pod(Some(" 3 ")), pod(None), pod(Some("x")), pod(Some("-1"))), (1, 3, 0, 0, 0));
+    }
+
+    #[test]
+    fn the_status_digest_ignores_slot_reservations() {
+        let a = DistributedLockStatus { highest_token: 3, ..Default::default() };
+        let b = DistributedLockStatus { slot_tokens: vec![1, 2], ..a.clone() };
+        assert_eq!(status_digest(&a), status_digest(&b));
     }
 
     #[test]

@@ -175,8 +175,10 @@ struct Timers {
 /// - a waiter with `on-busy: skip` finds the lock busy only when every slot it may grant holds,
 ///   and skip and max-wait waiters are answered at lock level when no slot may serve them.
 ///
-/// Model-checked (README, "What the model checker proves"), but not served by the controller
-/// yet: it passes `max_holders: None` and no slot reservations.
+/// Model-checked (README, "What the model checker proves"). The controller
+/// (`controller::distributed_lock`) serves it: `max_holders` from `spec.maxHolders`, slot k's
+/// Lease named `<lock>-slot-<k>` (`lease::slot_lease_name`), `slot_tokens` from
+/// `status.slotTokens`, written by the reservation's own compare-and-swap.
 ///
 /// # Errors
 /// [`TokenExhausted`] when the next token would not fit in an `int64`.
