@@ -106,12 +106,13 @@ async fn semaphore_grants_at_most_max_holders_pods_at_once_in_fifo_order_in_slot
     loop {
         polled_max = polled_max.max(holding_now(&pods).await);
         let status = locks.get("pool").await.ok().and_then(|l| l.status);
-        if let Some(s) = status {
-            if s.occupancy.as_deref() == Some("2/2") && s.holders.len() == 2 {
-                let slots: BTreeSet<u32> = s.holders.iter().map(|h| h.slot).collect();
-                assert_eq!(slots, BTreeSet::from([0, 1]), "status.holders: {:?}", s.holders);
-                seen_full = true;
-            }
+        if let Some(s) = status
+            && s.occupancy.as_deref() == Some("2/2")
+            && s.holders.len() == 2
+        {
+            let slots: BTreeSet<u32> = s.holders.iter().map(|h| h.slot).collect();
+            assert_eq!(slots, BTreeSet::from([0, 1]), "status.holders: {:?}", s.holders);
+            seen_full = true;
         }
         let done = pods.get_opt("p6").await.ok().flatten().is_some_and(|p| phase(&p) == "Succeeded");
         if done {
@@ -226,5 +227,71 @@ async fn semaphore_lowered_max_holders_revokes_nobody_and_grants_the_next_waiter
     let order: Vec<&str> = grants.iter().map(|(n, _, _)| n.as_str()).collect();
     assert_eq!(order, ["a", "b", "c"]);
     assert!(grants.windows(2).all(|w| w[0].1 < w[1].1), "tokens strictly increase: {grants:?}");
+    ns.cleanup().await;
+}
+
+#[tokio::test]
+async fn semaphore_claims_renew_and_release_their_slot_lease() {
+    let mut ns = TestNs::new("sem-claims").await;
+    // A short lease: a holder that renewed the wrong Lease would lose its grant within seconds.
+    ns.create_lock("pool", json!({"maxHolders": 2, "leaseDurationSeconds": 3})).await;
+    ns.start_operator(&[]);
+    let script = "echo token=$LEASEHOLD_FENCING_TOKEN; sleep 12; echo done";
+    let mut one = ns.lock_process("one", &["pool", "--identity", "one", "--", "sh", "-c", script]);
+    one.wait_output("one holds", "token=").await;
+    let mut two = ns.lock_process("two", &["pool", "--identity", "two", "--", "sh", "-c", script]);
+    two.wait_output("two holds", "token=").await;
+
+    // Both granted at once, in slots 0 and 1, each recording the Lease it renews.
+    let claims = ns.api::<leasehold::crd::DistributedLockClaim>().list(&ListParams::default()).await.unwrap().items;
+    let mut granted: Vec<(String, Option<u32>, Option<String>)> = claims
+        .iter()
+        .filter_map(|c| {
+            let s = c.status.clone()?;
+            s.token.map(|_| (c.spec.identity.clone(), s.slot, s.lease_name))
+        })
+        .collect();
+    granted.sort();
+    assert_eq!(
+        granted,
+        [
+            ("one".to_string(), Some(0), Some("pool".to_string())),
+            ("two".to_string(), Some(1), Some("pool-slot-1".to_string()))
+        ]
+    );
+    let leases = ns.api::<Lease>();
+    let holder_of = |name: &'static str| {
+        let leases = leases.clone();
+        async move { leases.get(name).await.ok().and_then(|l| l.spec?.holder_identity) }
+    };
+    assert_eq!(holder_of("pool").await.as_deref(), Some("one"));
+    assert_eq!(holder_of("pool-slot-1").await.as_deref(), Some("two"));
+
+    // A third waits while both hold, for longer than a lease: both keep renewing their own Lease.
+    let mut three = ns.lock_process(
+        "three",
+        &["pool", "--identity", "three", "--", "sh", "-c", "echo token=$LEASEHOLD_FENCING_TOKEN"],
+    );
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(!three.output().contains("token="), "three was granted while two holders renewed: {}", three.output());
+    assert_eq!(holder_of("pool-slot-1").await.as_deref(), Some("two"), "two lost its slot Lease");
+
+    // Both finish and release (exit 0: never lost the lock); three is granted, above both.
+    assert_eq!(one.wait_exit().await, 0, "one: {}", one.output());
+    assert_eq!(two.wait_exit().await, 0, "two: {}", two.output());
+    assert!(one.output().contains("done") && two.output().contains("done"));
+    assert_eq!(three.wait_exit().await, 0, "three: {}", three.output());
+    let token = |out: String| -> i64 {
+        out.lines().find_map(|l| l.strip_prefix("token=")).and_then(|t| t.trim().parse().ok()).unwrap_or(-1)
+    };
+    let (t1, t2, t3) = (token(one.output()), token(two.output()), token(three.output()));
+    assert!(t1 > 0 && t1 < t2 && t2 < t3, "tokens: one {t1}, two {t2}, three {t3}");
+    // No claim was expired (nobody lost a grant), and every Lease ends free.
+    let events = ns.kubectl(&["get", "events", "-o", "name", "--field-selector", "reason=GrantExpired"]);
+    assert!(events.trim().is_empty(), "GrantExpired events: {events}");
+    wait_until("slot Leases free", WAIT, || async {
+        holder_of("pool").await.is_none() && holder_of("pool-slot-1").await.is_none()
+    })
+    .await;
     ns.cleanup().await;
 }
