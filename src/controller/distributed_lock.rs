@@ -836,14 +836,24 @@ async fn write_status(
     let lease = leases.first().and_then(Option::as_ref);
     let old = lock.status.clone().unwrap_or_default();
     let lease_token = leases.iter().flatten().map(|l| lease::view(l).token).max().unwrap_or(0);
-    let since = lease
-        .and_then(|l| l.spec.as_ref()?.acquire_time.as_ref())
-        .map(|t| k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(t.0));
+    // When the holder's grant was written: the acquireTime of its slot's Lease.
+    let acquired = |g: &Grant| {
+        leases
+            .get(g.slot as usize)
+            .and_then(Option::as_ref)
+            .and_then(|l| l.spec.as_ref()?.acquire_time.as_ref())
+            .map(|t| k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(t.0))
+    };
     let holder_status = holder.as_ref().map(|g| HolderStatus {
         name: g.identity.clone(),
         uid: Some(g.uid.clone()),
         token: g.token,
-        since: old.holder.as_ref().filter(|h| h.uid.as_deref() == Some(&g.uid)).and_then(|h| h.since.clone()).or(since),
+        since: old
+            .holder
+            .as_ref()
+            .filter(|h| h.uid.as_deref() == Some(&g.uid))
+            .and_then(|h| h.since.clone())
+            .or_else(|| acquired(g)),
     });
     let semaphore = lock.spec.max_holders.map(|n| n.max(1));
     let mut new = DistributedLockStatus {
