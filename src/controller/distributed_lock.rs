@@ -374,8 +374,9 @@ fn candidates_of(ctx: &Context, ns: &str, lock: &str) -> Vec<Candidate> {
 /// slot Lease of this lock that exists (name `<lock>-slot-<k>`, label `leasehold.dev/lock:
 /// <lock>`, see [`lease::slot_lease_name`]), the highest slot a running candidate holds, and the
 /// highest slot with a reservation in `slot_tokens`. Empty for a single-holder lock with no slot
-/// Lease and no holder or reservation above slot 0. One pass over the Lease cache (`O(Leases)`,
-/// like [`candidates_of`] over pods).
+/// Lease and no holder or reservation above slot 0. A semaphore costs one pass over the Lease
+/// cache (`O(Leases)`, like [`candidates_of`] over pods); a single-holder lock one lookup (its
+/// `<lock>-slot-1`), so thousands of plain locks do not scan thousands of Leases each.
 fn slot_leases_of(
     ctx: &Context,
     ns: &str,
@@ -384,6 +385,18 @@ fn slot_leases_of(
     slot_tokens: &[i64],
 ) -> Vec<Option<Lease>> {
     let name = lock.name_any();
+    let limit = lock.spec.max_holders.map_or(1, |n| n.max(1) as u32);
+    let top_running = candidates.iter().filter(|c| !c.gated && !c.is_terminal()).map(|c| c.slot + 1).max();
+    let top_reserved = slot_tokens.iter().rposition(|t| *t > 0).map_or(0, |k| k as u32 + 1);
+    let slot_1 = ObjectRef::new(&lease::slot_lease_name(&name, 1)).within(ns);
+    let plain = limit == 1
+        && top_running.unwrap_or(0) <= 1
+        && top_reserved <= 1
+        && lock.spec.max_holders.is_none()
+        && ctx.leases.get(&slot_1).is_none();
+    if plain {
+        return vec![];
+    }
     let mut found: std::collections::BTreeMap<u32, Lease> = ctx
         .leases
         .state()
@@ -392,10 +405,7 @@ fn slot_leases_of(
         .filter(|l| l.labels().get(crate::lock::LEASE_LABEL).map(String::as_str) == Some(name.as_str()))
         .filter_map(|l| Some((lease::slot_of_lease_name(&name, &l.name_any())?, (*l).clone())))
         .collect();
-    let limit = lock.spec.max_holders.map_or(1, |n| n.max(1) as u32);
     let top_lease = found.keys().next_back().map_or(0, |k| k + 1);
-    let top_running = candidates.iter().filter(|c| !c.gated && !c.is_terminal()).map(|c| c.slot + 1).max();
-    let top_reserved = slot_tokens.iter().rposition(|t| *t > 0).map_or(0, |k| k as u32 + 1);
     let slots = limit.max(top_lease).max(top_running.unwrap_or(0)).max(top_reserved);
     (1..slots).map(|k| found.remove(&k)).collect()
 }
