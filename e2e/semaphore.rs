@@ -295,3 +295,49 @@ async fn semaphore_claims_renew_and_release_their_slot_lease() {
     .await;
     ns.cleanup().await;
 }
+
+#[tokio::test]
+async fn semaphore_a_foreign_lease_under_a_slot_name_is_reported_without_a_reservation_loop() {
+    let mut ns = TestNs::new("sem-foreign").await;
+    let foreign: Lease = serde_json::from_value(
+        json!({"metadata": {"name": "pool-slot-1"}, "spec": {"holderIdentity": "someone-else"}}),
+    )
+    .unwrap();
+    ns.api::<Lease>().create(&kube::api::PostParams::default(), &foreign).await.unwrap();
+    ns.create_lock("pool", json!({"maxHolders": 2})).await;
+    ns.start_operator(&[]);
+    ns.create_gated_pod("a", "pool", "600s").await;
+    wait_pod(&ns, "a", "granted in slot 0", |p| !is_gated(p)).await;
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    ns.create_gated_pod("b", "pool", "1s").await;
+    // b would be granted in slot 1, whose Lease name someone else's Lease has: the lock says so.
+    let locks = ns.api::<DistributedLock>();
+    let not_owned = |l: &DistributedLock| {
+        l.status.as_ref().is_some_and(|s| {
+            s.conditions.iter().any(|c| {
+                c.type_ == "Ready"
+                    && c.status == "False"
+                    && c.reason == "LeaseNotOwned"
+                    && c.message.contains("pool-slot-1")
+            })
+        })
+    };
+    wait_until("Ready=False LeaseNotOwned naming pool-slot-1", WAIT, || async {
+        locks.get("pool").await.is_ok_and(|l| not_owned(&l))
+    })
+    .await;
+    let ceiling = |l: DistributedLock| l.status.map_or(0, |s| s.token_ceiling);
+    let before = ceiling(locks.get("pool").await.unwrap());
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(ceiling(locks.get("pool").await.unwrap()), before, "token reservations kept going");
+    assert!(is_gated(&ns.api::<Pod>().get("b").await.unwrap()), "b was granted beside a foreign slot Lease");
+    let foreign = ns.api::<Lease>().get("pool-slot-1").await.unwrap();
+    assert_eq!(foreign.spec.and_then(|s| s.holder_identity).as_deref(), Some("someone-else"), "left alone");
+    // Once it is gone (and the lock is looked at again), b is granted in slot 1.
+    ns.api::<Lease>().delete("pool-slot-1", &Default::default()).await.unwrap();
+    let touch = json!({"metadata": {"labels": {"touched": "yes"}}});
+    locks.patch("pool", &PatchParams::default(), &Patch::Merge(&touch)).await.unwrap();
+    let b = wait_pod(&ns, "b", "granted once the foreign Lease is gone", |p| !is_gated(p)).await;
+    assert_eq!(b.annotations().get(SLOT_ANNOTATION).map(String::as_str), Some("1"));
+    ns.cleanup().await;
+}

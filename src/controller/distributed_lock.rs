@@ -91,6 +91,18 @@ async fn reconcile_lock(lock: Arc<DistributedLock>, ctx: Arc<Context>, started: 
     }
     let status = lock.status.clone().unwrap_or_default();
     leases.extend(slot_leases_of(&ctx, &ns, &lock, &candidates, &status.slot_tokens));
+    let limit = lock.spec.max_holders.map_or(1, |n| n.max(1) as usize);
+    let next_missing = (1..limit.min(leases.len())).find(|k| leases[*k].is_none());
+    if let Some(k) = next_missing
+        && leases[..k].iter().all(|l| l.as_ref().is_some_and(|l| lease::view(l).holder.is_some()))
+        && candidates.iter().any(Candidate::is_waiter)
+    {
+        // The same read for the slot Lease the next grant creates (every lower slot's Lease names
+        // a holder, someone waits): one that someone else made under its name
+        // (`<lock>-slot-<k>`, unlabelled, so not cached) is found before a reservation is spent
+        // on a create that would fail with 409. One GET per slot, before its first grant.
+        leases[k] = call("get Lease", lease_api.get_opt(&lease::slot_lease_name(&name, k as u32))).await?;
+    }
     if let Some((slot, _)) =
         leases.iter().enumerate().find(|(_, l)| l.as_ref().is_some_and(|l| !lease::is_owned_by(l, &lock)))
     {
