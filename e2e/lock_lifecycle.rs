@@ -184,6 +184,11 @@ async fn invalid_specs_are_rejected_by_the_api_server_with_a_clear_message() {
             json!({"leaseDurationSeconds": 60, "nodeLossTimeoutSeconds": 30}),
             "nodeLossTimeoutSeconds must be at least leaseDurationSeconds",
         ),
+        // Only the lease set: the message names the default that applies.
+        (
+            json!({"leaseDurationSeconds": 600}),
+            "nodeLossTimeoutSeconds must be at least leaseDurationSeconds (it is 300 when not set, so a lease longer than 300 s needs it set too)",
+        ),
     ] {
         let obj = serde_json::from_value(json!({
             "apiVersion": "leasehold.dev/v1alpha1", "kind": "DistributedLock",
