@@ -74,6 +74,23 @@ async fn signals_are_forwarded_to_the_command() {
     ns.cleanup().await;
 }
 
+/// Logs that go to a file or a pipe (`kubectl logs`, CI, `2> file`) carry no ANSI colour codes:
+/// the operator's and `leasehold lock`'s (a newcomer found escape codes in both).
+#[tokio::test]
+async fn logs_written_to_a_file_have_no_colour_codes() {
+    let mut ns = TestNs::new("nocolour").await;
+    ns.create_lock("l", json!({})).await;
+    let op = ns.start_operator(&[]);
+    let mut p = ns.lock_process("plain", &["l", "--", "sh", "-c", "echo ready"]);
+    assert_eq!(p.wait_exit().await, 0, "log:\n{}", p.output());
+    let (cli, operator) = (p.output(), ns.operator_log(op));
+    assert!(cli.contains("lock granted; starting command"), "the CLI logged its grant:\n{cli}");
+    assert!(operator.contains("granted"), "the operator logged the grant:\n{operator}");
+    assert!(!cli.contains('\u{1b}'), "escape codes in leasehold lock's stderr:\n{cli:?}");
+    assert!(!operator.contains('\u{1b}'), "escape codes in the operator log:\n{operator:?}");
+    ns.cleanup().await;
+}
+
 #[tokio::test]
 async fn hot_standby_takes_over_after_the_holder_is_killed_with_a_higher_token() {
     let mut ns = TestNs::new("standby").await;
