@@ -384,23 +384,29 @@ impl Ticket {
 }
 
 /// Checks and fills in the timings: lease > renew deadline > renew period >= retry period > 0.
+/// An error names each timing's value and whether it was set or defaulted (and from what), so
+/// a user who set one flag learns which default it collides with.
 fn resolve_timings(lease: Duration, t: Timings) -> Result<Resolved, HolderError> {
     let deadline = t.renew_deadline.unwrap_or(lease * 2 / 3);
     let retry = t.retry_period.unwrap_or(lease * 2 / 15).max(Duration::from_millis(100));
     let period = t.renew_period.unwrap_or((lease / 3).max(retry));
+    let src = |set: Option<Duration>, default: &'static str| if set.is_some() { "as set" } else { default };
+    let d_src = src(t.renew_deadline, "the default: 2/3 of the lease duration");
+    let r_src = src(t.retry_period, "the default: 2/15 of the lease duration, at least 100ms");
+    let p_src = src(t.renew_period, "the default: 1/3 of the lease duration, at least the retry period");
     if deadline >= lease {
         return Err(HolderError::InvalidTimings(format!(
-            "renew deadline {deadline:?} must be shorter than the lock's lease duration {lease:?}"
+            "renew deadline {deadline:?} ({d_src}) must be shorter than the lock's lease duration {lease:?}"
         )));
     }
     if retry >= deadline || retry.is_zero() {
         return Err(HolderError::InvalidTimings(format!(
-            "retry period {retry:?} must be positive and shorter than the renew deadline {deadline:?}"
+            "retry period {retry:?} ({r_src}) must be positive and shorter than the renew deadline {deadline:?} ({d_src})"
         )));
     }
     if period < retry || period >= deadline {
         return Err(HolderError::InvalidTimings(format!(
-            "renew period {period:?} must be at least the retry period {retry:?} and shorter than the renew deadline {deadline:?}"
+            "renew period {period:?} ({p_src}) must be at least the retry period {retry:?} ({r_src}) and shorter than the renew deadline {deadline:?} ({d_src})"
         )));
     }
     Ok(Resolved { renew_deadline: deadline, retry_period: retry, renew_period: period })
@@ -759,5 +765,15 @@ mod tests {
         assert!(resolve_timings(Duration::from_secs(15), t).is_err(), "renew period = deadline");
         let t = Timings { renew_period: s(1), ..Timings::default() };
         assert!(resolve_timings(Duration::from_secs(15), t).is_err(), "renew period < retry period");
+    }
+
+    #[test]
+    fn a_timing_error_says_which_values_were_set_and_which_defaulted() {
+        let t = Timings { renew_deadline: Some(Duration::from_secs(1)), ..Timings::default() };
+        let Err(HolderError::InvalidTimings(m)) = resolve_timings(Duration::from_secs(15), t) else {
+            panic!("a 1 s renew deadline under the default 2 s retry period must be refused")
+        };
+        assert!(m.contains("retry period 2s (the default: 2/15 of the lease duration"), "{m}");
+        assert!(m.contains("renew deadline 1s (as set)"), "{m}");
     }
 }
