@@ -102,6 +102,11 @@ pub struct LockArgs {
     /// Fail at once (exit 3) when the lock is busy.
     #[arg(long = "try")]
     pub r#try: bool,
+    /// While waiting, say on stderr who holds the lock and this claim's place in the queue (or
+    /// that no operator has queued it yet): first after this long, then whenever it changes,
+    /// checked as often. 0 turns it off.
+    #[arg(long, value_parser = duration, default_value = "10s")]
+    pub progress_interval: humantime::Duration,
     /// Consider the lock lost when no renewal succeeded for this long; must be shorter than the
     /// lock's leaseDurationSeconds (default: 2/3 of it, client-go's 10 s for 15 s).
     #[arg(long, value_parser = duration)]

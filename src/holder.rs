@@ -352,6 +352,11 @@ impl Ticket {
         self.timings.renew_deadline
     }
 
+    /// The name of this ticket's DistributedLockClaim (generated: `<lock>-<suffix>`).
+    pub fn claim_name(&self) -> &str {
+        &self.claim_name
+    }
+
     /// Waits (watch) until the claim is granted, then proves the grant with a first renewal.
     /// On error the claim stays queued: call [`Ticket::cancel`].
     ///
