@@ -270,6 +270,9 @@ impl Holder {
             },
             status: None,
         };
+        // Taken before the create is sent: no operator can grant the claim, nor start its expiry
+        // clock for the grant, before the claim exists.
+        let queued = Instant::now();
         let claim = claims.create(&PostParams::default(), &claim).await.map_err(kube_err("create claim"))?;
         Ok(Ticket {
             holder: self.clone(),
@@ -278,6 +281,7 @@ impl Holder {
             claim_uid: claim.uid().unwrap_or_default(),
             lease_duration,
             timings,
+            queued,
         })
     }
 
@@ -337,6 +341,8 @@ pub struct Ticket {
     claim_uid: String,
     lease_duration: Duration,
     timings: Resolved,
+    /// When the claim's create was sent (this process's monotonic clock).
+    queued: Instant,
 }
 
 impl Ticket {
@@ -357,8 +363,10 @@ impl Ticket {
         &self.claim_name
     }
 
-    /// Waits (watch) until the claim is granted, then proves the grant with a first renewal.
-    /// On error the claim stays queued: call [`Ticket::cancel`].
+    /// Waits (watch) until the claim is granted. A grant learned within the renew period of the
+    /// claim's create is held at once, its renew deadline counted from that create (see
+    /// [`LockGuard`]); one learned later is first proved by a renewal. On error the claim stays
+    /// queued: call [`Ticket::cancel`].
     ///
     /// # Errors
     /// [`HolderError::WaitTimeout`], [`HolderError::Busy`] (skip policy), [`HolderError::Rejected`],
@@ -371,7 +379,15 @@ impl Ticket {
                 .unwrap_or_else(|_| Err(HolderError::WaitTimeout(t, self.holder.lock.clone())))?,
             None => wait.await?,
         };
-        LockGuard::start(&self.holder, self.claim_name.clone(), self.claim_uid.clone(), token, self.timings).await
+        LockGuard::start(
+            &self.holder,
+            self.claim_name.clone(),
+            self.claim_uid.clone(),
+            token,
+            self.timings,
+            self.queued,
+        )
+        .await
     }
 
     /// Leaves the queue: if the claim was granted meanwhile, first frees the Lease (owner-verified
@@ -454,22 +470,38 @@ pub struct LockGuard {
 }
 
 impl LockGuard {
+    /// Starts holding the grant `token` of claim `claim_name`, whose create was sent at `queued`.
+    ///
+    /// The renew deadline must start no later than the operator's expiry clock for this grant,
+    /// which starts when the operator sees its own grant: after the claim existed, so after
+    /// `queued`. A grant learned within the renew period of `queued` is therefore held at once,
+    /// with `queued` as its last renewal's start and its first renewal due a renew period after
+    /// it (no write on the handover's path: issue 12). A grant learned later is first proved by
+    /// a renewal (owner-verified compare-and-swap), whose start is then the reference. The model
+    /// checker runs the same rule (`tests/model.rs`, `ClaimLearns`) and catches the unsafe one,
+    /// counting from when the grant was learned (`Bug::HolderClockFromLearning`).
     async fn start(
         h: &Holder,
         claim_name: String,
         claim_uid: String,
         token: i64,
         timings: Resolved,
+        queued: Instant,
     ) -> Result<LockGuard, HolderError> {
         let renew_deadline = timings.renew_deadline;
         let known = KnownLease::default();
         let leases: Api<Lease> = Api::namespaced(h.client.clone(), &h.namespace);
         let claims: Api<DistributedLockClaim> = Api::namespaced(h.client.clone(), &h.namespace);
-        // Prove the grant with a first renewal before the caller may act on it.
-        let started = Instant::now();
-        let first = tokio::time::timeout(renew_deadline, renew(&leases, &h.lock, &h.identity, &claim_uid, &known))
-            .await
-            .unwrap_or(Err(HolderError::FirstRenewalTimeout(renew_deadline)));
+        let (started, first) = if queued.elapsed() < timings.renew_period {
+            (queued, Ok(true))
+        } else {
+            // Prove the grant with a first renewal before the caller may act on it.
+            let started = Instant::now();
+            let first = tokio::time::timeout(renew_deadline, renew(&leases, &h.lock, &h.identity, &claim_uid, &known))
+                .await
+                .unwrap_or(Err(HolderError::FirstRenewalTimeout(renew_deadline)));
+            (started, first)
+        };
         match first {
             Ok(true) => {}
             Ok(false) => {
@@ -709,8 +741,8 @@ async fn renew_loop(
     renewed: watch::Sender<Instant>,
 ) {
     let renew_deadline = timings.renew_deadline;
-    // The renew period after a success, the retry period after a failure.
-    let mut wait = timings.renew_period;
+    // The renew period after a success (counted from its start), the retry period after a failure.
+    let mut wait = timings.renew_period.saturating_sub(last_ok.elapsed());
     loop {
         // Never sleep past the deadline: loss is detected within the renew deadline, not
         // deadline + retry period.
