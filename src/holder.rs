@@ -45,7 +45,7 @@ use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, DeleteParams, PostParams, Preconditions};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use tokio::sync::watch;
@@ -285,8 +285,13 @@ impl Holder {
         })
     }
 
-    /// Watches the claim until it is granted (token), rejected, or deleted.
-    async fn wait_for_grant(&self, claims: &Api<DistributedLockClaim>, name: &str) -> Result<i64, HolderError> {
+    /// Watches the claim until it is granted (its token, and the Lease's resourceVersion as the
+    /// grant wrote it when the operator says), rejected, or deleted.
+    async fn wait_for_grant(
+        &self,
+        claims: &Api<DistributedLockClaim>,
+        name: &str,
+    ) -> Result<(i64, Option<String>), HolderError> {
         let cfg = watcher::Config::default().fields(&format!("metadata.name={name}"));
         let mut events = watcher(claims.clone(), cfg).default_backoff().boxed();
         // Whether the current (re)list returned the claim: a list without it means it is gone.
@@ -320,7 +325,7 @@ impl Holder {
                 return Err(HolderError::Expired(status.message.unwrap_or_default()));
             }
             if let Some(token) = status.token {
-                return Ok(token);
+                return Ok((token, status.lease_resource_version));
             }
             if status.phase == Some(ClaimPhase::Rejected) {
                 return Err(match status.reason.as_deref() {
@@ -373,21 +378,14 @@ impl Ticket {
     /// [`HolderError::NotHolder`], [`HolderError::Kube`].
     pub async fn wait(&self, timeout: Option<Duration>) -> Result<LockGuard, HolderError> {
         let wait = self.holder.wait_for_grant(&self.claims, &self.claim_name);
-        let token = match timeout {
+        let (token, lease_rv) = match timeout {
             Some(t) => tokio::time::timeout(t, wait)
                 .await
                 .unwrap_or_else(|_| Err(HolderError::WaitTimeout(t, self.holder.lock.clone())))?,
             None => wait.await?,
         };
-        LockGuard::start(
-            &self.holder,
-            self.claim_name.clone(),
-            self.claim_uid.clone(),
-            token,
-            self.timings,
-            self.queued,
-        )
-        .await
+        let (name, uid) = (self.claim_name.clone(), self.claim_uid.clone());
+        LockGuard::start(&self.holder, name, uid, token, lease_rv, self.timings, self.queued).await
     }
 
     /// Leaves the queue: if the claim was granted meanwhile, first frees the Lease (owner-verified
@@ -485,11 +483,16 @@ impl LockGuard {
         claim_name: String,
         claim_uid: String,
         token: i64,
+        lease_rv: Option<String>,
         timings: Resolved,
         queued: Instant,
     ) -> Result<LockGuard, HolderError> {
         let renew_deadline = timings.renew_deadline;
         let known = KnownLease::default();
+        // The version the grant wrote: the first renewal or the release needs no read.
+        if let Some(rv) = lease_rv {
+            known.set_version(rv);
+        }
         let leases: Api<Lease> = Api::namespaced(h.client.clone(), &h.namespace);
         let claims: Api<DistributedLockClaim> = Api::namespaced(h.client.clone(), &h.namespace);
         let (started, first) = if queued.elapsed() < timings.renew_period {
@@ -630,20 +633,54 @@ async fn free(
     result
 }
 
-/// The Lease as this holder's last successful write (renewal) returned it, so the next renewal
-/// or the release can compare-and-swap without reading first. Taken by the write that uses it;
-/// a stale one costs a 409 and a fresh read, never a wrong write (the resourceVersion
-/// precondition).
+/// The Lease as this holder's last successful write (renewal) returned it, or only the
+/// resourceVersion at which the grant wrote it (the claim's `status.leaseResourceVersion`), so
+/// the next renewal or the release can compare-and-swap without reading first. Taken by the
+/// write that uses it; a stale one costs a 409 and a fresh read, never a wrong write (the
+/// resourceVersion precondition).
 #[derive(Clone, Default)]
-struct KnownLease(std::sync::Arc<std::sync::Mutex<Option<Lease>>>);
+struct KnownLease(std::sync::Arc<std::sync::Mutex<Option<Known>>>);
+
+/// What [`KnownLease`] holds.
+enum Known {
+    /// The whole object: a PUT from it.
+    Object(Box<Lease>),
+    /// A version at which the Lease named this holder: a merge PATCH that carries it as
+    /// precondition and changes only what the write is about.
+    Version(String),
+}
 
 impl KnownLease {
-    fn take(&self) -> Option<Lease> {
+    fn take(&self) -> Option<Known> {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
 
     fn set(&self, lease: Lease) {
-        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(lease);
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(Known::Object(Box::new(lease)));
+    }
+
+    fn set_version(&self, resource_version: String) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(Known::Version(resource_version));
+    }
+}
+
+/// One compare-and-swap merge PATCH of the Lease at `resource_version` (which named this
+/// holder): `Ok(Some(written))`, or `Ok(None)` when the Lease changed since (409) or the caller
+/// may not patch Leases (403, a role from an older chart): read it and decide again. Other
+/// errors, 404 included, are returned.
+async fn patch_at(
+    leases: &Api<Lease>,
+    lock: &str,
+    resource_version: String,
+    mut body: serde_json::Value,
+) -> Result<Option<Lease>, kube::Error> {
+    body["metadata"]["resourceVersion"] = resource_version.into();
+    match leases.patch(lock, &PatchParams::default(), &Patch::Merge(&body)).await {
+        Ok(written) => Ok(Some(written)),
+        // 403: a holder role from before the holder patched (get and update only): the read and
+        // PUT path still works.
+        Err(kube::Error::Api(s)) if s.code == 409 || s.code == 403 => Ok(None),
+        Err(e) => Err(e),
     }
 }
 
@@ -661,12 +698,24 @@ async fn renew(
     claim_uid: &str,
     known: &KnownLease,
 ) -> Result<bool, HolderError> {
-    // First from the Lease our last write returned (no GET: one request per renewal while
-    // nobody else writes the Lease); after a 409, from a fresh read.
+    // First from the Lease our last write returned, or the version the grant wrote (no GET: one
+    // request per renewal while nobody else writes the Lease); after a 409, from a fresh read.
     let mut last = known.take();
     loop {
         let mut lease = match last.take() {
-            Some(l) => l,
+            Some(Known::Object(l)) => *l,
+            Some(Known::Version(rv)) => {
+                let body = serde_json::json!({ "spec": { "renewTime": MicroTime(Timestamp::now()) } });
+                match patch_at(leases, lock, rv, body).await {
+                    Ok(Some(written)) => {
+                        known.set(written);
+                        return Ok(true);
+                    }
+                    Ok(None) => continue,
+                    Err(kube::Error::Api(s)) if s.code == 404 => return Ok(false),
+                    Err(e) => return Err(HolderError::Kube { op: "renew Lease", source: e }),
+                }
+            }
             // NotFound (the Lease, or the namespace, is gone) is a lost lock, not an error to
             // retry: nobody can prove this holder still holds.
             None => match leases.get_opt(lock).await.map_err(kube_err("get Lease"))? {
@@ -701,11 +750,23 @@ async fn clear_holder(
     claim_uid: &str,
     known: &KnownLease,
 ) -> Result<bool, HolderError> {
-    // One PUT when the Lease is as our last renewal left it; after a 409, from a fresh read.
+    // One PUT when the Lease is as our last renewal left it (one PATCH when only the grant's
+    // version is known); after a 409, from a fresh read.
     let mut last = known.take();
     loop {
         let mut lease = match last.take() {
-            Some(l) => l,
+            Some(Known::Object(l)) => *l,
+            Some(Known::Version(rv)) => {
+                let body = serde_json::json!({
+                    "metadata": { "annotations": { HOLDER_UID_ANNOTATION: null, HOLDER_KIND_ANNOTATION: null } },
+                    "spec": { "holderIdentity": null, "acquireTime": null, "renewTime": null },
+                });
+                match patch_at(leases, lock, rv, body).await {
+                    Ok(Some(_)) => return Ok(true),
+                    Ok(None) => continue,
+                    Err(e) => return Err(HolderError::Kube { op: "release Lease", source: e }),
+                }
+            }
             None => leases.get(lock).await.map_err(kube_err("get Lease"))?,
         };
         if !names_us(&lease, identity, claim_uid) {

@@ -170,7 +170,8 @@ async fn reconcile_lock(lock: Arc<DistributedLock>, ctx: Arc<Context>, started: 
                         }
                         tracing::info!(lock = %name, namespace = %ns, pod = %g.name, token = g.token, "granted");
                         ctx.failpoint("exit-after-lease-grant");
-                        Some(patch_holder(&ctx, &ns, &lock, &g).await)
+                        let lease_rv = lease_obj.as_ref().and_then(|l| l.metadata.resource_version.clone());
+                        Some(patch_holder(&ctx, &ns, &lock, &g, lease_rv).await)
                     }
                     None => None,
                 };
@@ -198,7 +199,9 @@ async fn reconcile_lock(lock: Arc<DistributedLock>, ctx: Arc<Context>, started: 
             }
             Decision::PatchHolder(g) => {
                 tracing::info!(lock = %name, holder = %g.name, token = g.token, "finishing a grant recorded in the Lease");
-                snapshot.absorb_candidate(patch_holder(&ctx, &ns, &lock, &g).await?);
+                // The Lease names this holder (that is the decision), at this version.
+                let lease_rv = lease_obj.as_ref().and_then(|l| l.metadata.resource_version.clone());
+                snapshot.absorb_candidate(patch_holder(&ctx, &ns, &lock, &g, lease_rv).await?);
             }
             Decision::DeletePod { name: pod_name, uid } => {
                 let dp = DeleteParams {
@@ -446,9 +449,16 @@ async fn reserve_tokens(api: &Api<DistributedLock>, lock: &DistributedLock, to: 
 /// same name, or one that changed since (deleted, re-annotated, rejected), is never granted from
 /// a stale view (409; the next reconcile decides again). Found by the model checker
 /// (`tests/model.rs`): a grant finished from a stale view ungated a deleted pod with a token
-/// below one already handed out.
+/// below one already handed out. `lease_rv`: the resourceVersion of a Lease that names the
+/// holder, given to a claim (`status.leaseResourceVersion`) for its first compare-and-swap.
 /// Returns the holder as the API server answered.
-async fn patch_holder(ctx: &Context, ns: &str, lock: &DistributedLock, g: &Grant) -> Result<Candidate> {
+async fn patch_holder(
+    ctx: &Context,
+    ns: &str,
+    lock: &DistributedLock,
+    g: &Grant,
+    lease_rv: Option<String>,
+) -> Result<Candidate> {
     let note = format!("{} holds the lock with fencing token {}", g.identity, g.token);
     let (holder_ref, holder) = match g.kind {
         HolderKind::Pod => {
@@ -469,7 +479,7 @@ async fn patch_holder(ctx: &Context, ns: &str, lock: &DistributedLock, g: &Grant
                 "metadata": { "uid": g.uid, "resourceVersion": g.resource_version },
                 "status": {
                     "phase": "Granted", "token": g.token, "reason": "Granted", "message": note,
-                    "lastTransitionTime": Timestamp::now(),
+                    "lastTransitionTime": Timestamp::now(), "leaseResourceVersion": lease_rv,
                 },
             });
             let claim =
