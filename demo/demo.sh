@@ -54,9 +54,9 @@ while [ $SECONDS -lt $deadline ]; do
   sleep 3
 done
 echo
-echo "Events on the lock:"
-kubectl get events.events.k8s.io --field-selector regarding.kind=DistributedLock \
-  -o custom-columns='REASON:.reason,COUNT:.series.count,NOTE:.note' 
+echo "Events on the lock nightly-report:"
+kubectl get events.events.k8s.io --field-selector regarding.kind=DistributedLock,regarding.name=nightly-report \
+  --sort-by=.metadata.creationTimestamp -o custom-columns='TIME:.metadata.creationTimestamp,REASON:.reason,NOTE:.note' 
 cat <<MSG
 
 Try it yourself:

@@ -74,6 +74,42 @@ async fn signals_are_forwarded_to_the_command() {
     ns.cleanup().await;
 }
 
+/// `leasehold lock` is not silent while it waits: with no operator running it says that nobody
+/// has queued its claim; once an operator runs and someone else holds the lock, it names the
+/// holder and its place in the queue.
+#[tokio::test]
+async fn a_waiting_lock_command_says_why_it_waits() {
+    let mut ns = TestNs::new("progress").await;
+    ns.create_lock("l", json!({})).await;
+    let args = ["l", "--progress-interval", "1s", "--", "sh", "-c", "echo ready; sleep 600"];
+    let a = ns.lock_process("a", &[&args[..1], &["--identity", "a"], &args[1..]].concat());
+    a.wait_output("a says no operator queued it", "no operator has queued claim l-").await;
+    assert!(a.output().contains("is it running?"), "{}", a.output());
+    ns.start_operator(&[]);
+    a.wait_output("a granted once the operator runs", "ready").await;
+    let b = ns.lock_process("b", &[&args[..1], &["--identity", "b"], &args[1..]].concat());
+    b.wait_output("b names the holder and its place", "held by a (fencing token 1); claim l-").await;
+    assert!(b.output().contains("is 1 of 1 in the queue"), "{}", b.output());
+    ns.cleanup().await;
+}
+
+/// Logs that go to a file or a pipe (`kubectl logs`, CI, `2> file`) carry no ANSI colour codes:
+/// the operator's and `leasehold lock`'s (a newcomer found escape codes in both).
+#[tokio::test]
+async fn logs_written_to_a_file_have_no_colour_codes() {
+    let mut ns = TestNs::new("nocolour").await;
+    ns.create_lock("l", json!({})).await;
+    let op = ns.start_operator(&[]);
+    let mut p = ns.lock_process("plain", &["l", "--", "sh", "-c", "echo ready"]);
+    assert_eq!(p.wait_exit().await, 0, "log:\n{}", p.output());
+    let (cli, operator) = (p.output(), ns.operator_log(op));
+    assert!(cli.contains("lock granted; starting command"), "the CLI logged its grant:\n{cli}");
+    assert!(operator.contains("granted"), "the operator logged the grant:\n{operator}");
+    assert!(!cli.contains('\u{1b}'), "escape codes in leasehold lock's stderr:\n{cli:?}");
+    assert!(!operator.contains('\u{1b}'), "escape codes in the operator log:\n{operator:?}");
+    ns.cleanup().await;
+}
+
 #[tokio::test]
 async fn hot_standby_takes_over_after_the_holder_is_killed_with_a_higher_token() {
     let mut ns = TestNs::new("standby").await;

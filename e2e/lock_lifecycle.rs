@@ -146,6 +146,42 @@ async fn pod_naming_a_missing_lock_waits_with_a_warning_and_is_granted_once_it_e
     ns.cleanup().await;
 }
 
+/// A claim made by hand (not by `leasehold lock`, which refuses a missing lock) for a lock that
+/// does not exist yet gets a `LockNotFound` Warning Event, waits, and is granted once the lock
+/// is created.
+#[tokio::test]
+async fn claim_naming_a_missing_lock_waits_with_a_warning_and_is_granted_once_it_exists() {
+    use leasehold::crd::{ClaimPhase, DistributedLockClaim};
+    let mut ns = TestNs::new("missingclaim").await;
+    ns.start_operator(&[]);
+    let claims = ns.api::<DistributedLockClaim>();
+    let claim: DistributedLockClaim = serde_json::from_value(json!({
+        "apiVersion": "leasehold.dev/v1alpha1", "kind": "DistributedLockClaim",
+        "metadata": {"name": "early"}, "spec": {"lock": "later", "identity": "worker-1"},
+    }))
+    .unwrap();
+    claims.create(&PostParams::default(), &claim).await.unwrap();
+    let events = ns.api::<Event>();
+    let warning = || async {
+        events.list(&ListParams::default()).await.unwrap().items.into_iter().find(|e| {
+            e.reason.as_deref() == Some("LockNotFound")
+                && e.regarding.as_ref().is_some_and(|r| r.kind.as_deref() == Some("DistributedLockClaim"))
+        })
+    };
+    wait_until("LockNotFound event on the claim", WAIT, || async { warning().await.is_some() }).await;
+    let e = warning().await.unwrap();
+    assert_eq!(e.type_.as_deref(), Some("Warning"));
+    let note = e.note.unwrap_or_default();
+    assert!(note.contains("DistributedLock later does not exist"), "{note}");
+    assert!(claims.get("early").await.unwrap().status.and_then(|s| s.phase).is_none(), "still waiting");
+    ns.create_lock("later", json!({})).await;
+    wait_until("claim granted once the lock exists", WAIT, || async {
+        claims.get("early").await.ok().and_then(|c| c.status?.phase) == Some(ClaimPhase::Granted)
+    })
+    .await;
+    ns.cleanup().await;
+}
+
 #[tokio::test]
 async fn pod_that_bypasses_the_scheduler_is_flagged_and_never_holds() {
     let mut ns = TestNs::new("nodename").await;
@@ -183,6 +219,11 @@ async fn invalid_specs_are_rejected_by_the_api_server_with_a_clear_message() {
         (
             json!({"leaseDurationSeconds": 60, "nodeLossTimeoutSeconds": 30}),
             "nodeLossTimeoutSeconds must be at least leaseDurationSeconds",
+        ),
+        // Only the lease set: the message names the default that applies.
+        (
+            json!({"leaseDurationSeconds": 600}),
+            "nodeLossTimeoutSeconds must be at least leaseDurationSeconds (it is 300 when not set, so a lease longer than 300 s needs it set too)",
         ),
     ] {
         let obj = serde_json::from_value(json!({

@@ -213,6 +213,38 @@ async fn removing_the_annotation_removes_the_claim_and_the_owned_lock() {
     ns.cleanup().await;
 }
 
+/// A singleton CronJob whose name is taken by a lock that was not made for it (the demo's lock
+/// and the example CronJob, both `nightly-report`): it uses that lock, and says so with a Warning
+/// Event on the CronJob; the lock gets no ownerReference, so deleting the CronJob keeps it.
+#[tokio::test]
+async fn a_singleton_whose_lock_name_is_taken_shares_it_and_says_so() {
+    use k8s_openapi::api::events::v1::Event;
+    let mut ns = TestNs::new("sharedname").await;
+    ns.create_lock("report", json!({})).await;
+    ns.start_operator(&[]);
+    let cjs = ns.api::<CronJob>();
+    cjs.create(&PostParams::default(), &cronjob("report", json!({"leasehold.dev/singleton": "true"}), "1s"))
+        .await
+        .unwrap();
+    wait_claimed(&ns, "report").await;
+    let events = ns.api::<Event>();
+    let warned = || async {
+        events.list(&ListParams::default()).await.unwrap().items.into_iter().find(|e| {
+            e.reason.as_deref() == Some("LockNotOwned")
+                && e.regarding.as_ref().is_some_and(|r| r.kind.as_deref() == Some("CronJob"))
+        })
+    };
+    wait_until("a LockNotOwned Event on the CronJob", WAIT, || async { warned().await.is_some() }).await;
+    let e = warned().await.unwrap();
+    assert_eq!(e.type_.as_deref(), Some("Warning"));
+    let note = e.note.unwrap_or_default();
+    assert!(note.contains("DistributedLock report already exists and was not created for CronJob report"), "{note}");
+    assert!(note.contains("leasehold.dev/lock"), "the Event says how to get a lock of its own: {note}");
+    let lock = ns.api::<DistributedLock>().get("report").await.unwrap();
+    assert!(lock.owner_references().is_empty(), "the existing lock is not adopted: {:?}", lock.owner_references());
+    ns.cleanup().await;
+}
+
 fn deployment(name: &str, strategy: Value) -> Deployment {
     serde_json::from_value(json!({
         "metadata": {"name": name, "annotations": {"leasehold.dev/singleton": "true"}},

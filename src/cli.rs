@@ -97,28 +97,33 @@ pub struct LockArgs {
     #[arg(long, env = "LEASEHOLD_IDENTITY")]
     pub identity: Option<String>,
     /// Give up (exit 4) when the lock is not granted within this time (default: wait forever).
-    #[arg(long, conflicts_with = "try")]
+    #[arg(long, conflicts_with = "try", value_parser = duration)]
     pub wait_timeout: Option<humantime::Duration>,
     /// Fail at once (exit 3) when the lock is busy.
     #[arg(long = "try")]
     pub r#try: bool,
+    /// While waiting, say on stderr who holds the lock and this claim's place in the queue (or
+    /// that no operator has queued it yet): first after this long, then whenever it changes,
+    /// checked as often. 0 turns it off.
+    #[arg(long, value_parser = duration, default_value = "10s")]
+    pub progress_interval: humantime::Duration,
     /// Consider the lock lost when no renewal succeeded for this long; must be shorter than the
     /// lock's leaseDurationSeconds (default: 2/3 of it, client-go's 10 s for 15 s).
-    #[arg(long)]
+    #[arg(long, value_parser = duration)]
     pub renew_deadline: Option<humantime::Duration>,
     /// Time before the next try after a renewal failed (default: 2/15 of the lease duration,
     /// client-go's 2 s for 15 s).
-    #[arg(long)]
+    #[arg(long, value_parser = duration)]
     pub retry_period: Option<humantime::Duration>,
     /// Time between renewals while they succeed (default: 1/3 of the lease duration, 5 s for
     /// 15 s; at least the retry period, shorter than the renew deadline).
-    #[arg(long)]
+    #[arg(long, value_parser = duration)]
     pub renew_period: Option<humantime::Duration>,
     /// After the lock is lost: time between SIGTERM and SIGKILL to the command. The renew
     /// deadline plus this must be shorter than the lock's lease duration, so the command is
     /// dead before anyone else can be granted (default: half of lease duration minus renew
     /// deadline, 2.5 s for a 15 s lease).
-    #[arg(long)]
+    #[arg(long, value_parser = duration)]
     pub kill_grace: Option<humantime::Duration>,
     /// The command and its arguments (after `--`).
     #[arg(last = true, required = true)]
@@ -204,4 +209,30 @@ pub struct WhyArgs {
     /// Which cluster (`--kubeconfig`, `--context`).
     #[command(flatten)]
     pub kube: KubeArgs,
+}
+
+/// Parses a command-line duration (`humantime` syntax: `30s`, `1500ms`, `5m`, `1h30m`); the error
+/// names the expected form, not only humantime's position ("expected number at 0").
+fn duration(value: &str) -> Result<humantime::Duration, String> {
+    value
+        .parse::<humantime::Duration>()
+        .map_err(|e| format!("{e}: expected a duration such as 30s, 1500ms, 5m or 1h30m"))
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::Cli;
+
+    #[test]
+    fn a_malformed_duration_is_refused_with_the_expected_form() {
+        let err =
+            Cli::try_parse_from(["leasehold", "lock", "l", "--wait-timeout", "banana", "--", "true"]).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("'banana'") && text.contains("--wait-timeout"), "{text}");
+        assert!(text.contains("expected a duration such as 30s, 1500ms, 5m or 1h30m"), "{text}");
+        let ok = Cli::try_parse_from(["leasehold", "lock", "l", "--kill-grace", "1500ms", "--", "true"]);
+        assert!(ok.is_ok(), "{:?}", ok.err());
+    }
 }

@@ -45,7 +45,7 @@ use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, DeleteParams, PostParams, Preconditions};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use tokio::sync::watch;
@@ -270,6 +270,9 @@ impl Holder {
             },
             status: None,
         };
+        // Taken before the create is sent: no operator can grant the claim, nor start its expiry
+        // clock for the grant, before the claim exists.
+        let queued = Instant::now();
         let claim = claims.create(&PostParams::default(), &claim).await.map_err(kube_err("create claim"))?;
         Ok(Ticket {
             holder: self.clone(),
@@ -278,18 +281,19 @@ impl Holder {
             claim_uid: claim.uid().unwrap_or_default(),
             lease_duration,
             timings,
+            queued,
         })
     }
 
-    /// Watches the claim until it is granted (token), rejected, or deleted.
-    /// Waits for claim `name` to be granted; returns its token and the name of the Lease that
+    /// Waits for claim `name` to be granted; returns its token, the name of the Lease that
     /// records the grant (the claim's `status.leaseName`: `<lock>-slot-<k>` for slot k of a
-    /// semaphore; absent, as written before semaphores: the Lease named like the lock).
+    /// semaphore; absent, as written before semaphores: the Lease named like the lock), and that
+    /// Lease's resourceVersion as the grant wrote it (`status.leaseResourceVersion`), if given.
     async fn wait_for_grant(
         &self,
         claims: &Api<DistributedLockClaim>,
         name: &str,
-    ) -> Result<(i64, String), HolderError> {
+    ) -> Result<(i64, String, Option<String>), HolderError> {
         let cfg = watcher::Config::default().fields(&format!("metadata.name={name}"));
         let mut events = watcher(claims.clone(), cfg).default_backoff().boxed();
         // Whether the current (re)list returned the claim: a list without it means it is gone.
@@ -323,7 +327,8 @@ impl Holder {
                 return Err(HolderError::Expired(status.message.unwrap_or_default()));
             }
             if let Some(token) = status.token {
-                return Ok((token, status.lease_name.unwrap_or_else(|| self.lock.clone())));
+                let lease_name = status.lease_name.unwrap_or_else(|| self.lock.clone());
+                return Ok((token, lease_name, status.lease_resource_version));
             }
             if status.phase == Some(ClaimPhase::Rejected) {
                 return Err(match status.reason.as_deref() {
@@ -344,6 +349,8 @@ pub struct Ticket {
     claim_uid: String,
     lease_duration: Duration,
     timings: Resolved,
+    /// When the claim's create was sent (this process's monotonic clock).
+    queued: Instant,
 }
 
 impl Ticket {
@@ -359,22 +366,29 @@ impl Ticket {
         self.timings.renew_deadline
     }
 
-    /// Waits (watch) until the claim is granted, then proves the grant with a first renewal.
-    /// On error the claim stays queued: call [`Ticket::cancel`].
+    /// The name of this ticket's DistributedLockClaim (generated: `<lock>-<suffix>`).
+    pub fn claim_name(&self) -> &str {
+        &self.claim_name
+    }
+
+    /// Waits (watch) until the claim is granted. A grant learned within the renew period of the
+    /// claim's create is held at once, its renew deadline counted from that create (see
+    /// [`LockGuard`]); one learned later is first proved by a renewal. On error the claim stays
+    /// queued: call [`Ticket::cancel`].
     ///
     /// # Errors
     /// [`HolderError::WaitTimeout`], [`HolderError::Busy`] (skip policy), [`HolderError::Rejected`],
     /// [`HolderError::NotHolder`], [`HolderError::Kube`].
     pub async fn wait(&self, timeout: Option<Duration>) -> Result<LockGuard, HolderError> {
         let wait = self.holder.wait_for_grant(&self.claims, &self.claim_name);
-        let (token, lease_name) = match timeout {
+        let (token, lease_name, lease_rv) = match timeout {
             Some(t) => tokio::time::timeout(t, wait)
                 .await
                 .unwrap_or_else(|_| Err(HolderError::WaitTimeout(t, self.holder.lock.clone())))?,
             None => wait.await?,
         };
         let claim = (self.claim_name.clone(), self.claim_uid.clone());
-        LockGuard::start(&self.holder, claim, token, lease_name, self.timings).await
+        LockGuard::start(&self.holder, claim, token, (lease_name, lease_rv), self.timings, self.queued).await
     }
 
     /// Leaves the queue: if the claim was granted meanwhile, first frees the Lease (owner-verified
@@ -399,23 +413,29 @@ impl Ticket {
 }
 
 /// Checks and fills in the timings: lease > renew deadline > renew period >= retry period > 0.
+/// An error names each timing's value and whether it was set or defaulted (and from what), so
+/// a user who set one flag learns which default it collides with.
 fn resolve_timings(lease: Duration, t: Timings) -> Result<Resolved, HolderError> {
     let deadline = t.renew_deadline.unwrap_or(lease * 2 / 3);
     let retry = t.retry_period.unwrap_or(lease * 2 / 15).max(Duration::from_millis(100));
     let period = t.renew_period.unwrap_or((lease / 3).max(retry));
+    let src = |set: Option<Duration>, default: &'static str| if set.is_some() { "as set" } else { default };
+    let d_src = src(t.renew_deadline, "the default: 2/3 of the lease duration");
+    let r_src = src(t.retry_period, "the default: 2/15 of the lease duration, at least 100ms");
+    let p_src = src(t.renew_period, "the default: 1/3 of the lease duration, at least the retry period");
     if deadline >= lease {
         return Err(HolderError::InvalidTimings(format!(
-            "renew deadline {deadline:?} must be shorter than the lock's lease duration {lease:?}"
+            "renew deadline {deadline:?} ({d_src}) must be shorter than the lock's lease duration {lease:?}"
         )));
     }
     if retry >= deadline || retry.is_zero() {
         return Err(HolderError::InvalidTimings(format!(
-            "retry period {retry:?} must be positive and shorter than the renew deadline {deadline:?}"
+            "retry period {retry:?} ({r_src}) must be positive and shorter than the renew deadline {deadline:?} ({d_src})"
         )));
     }
     if period < retry || period >= deadline {
         return Err(HolderError::InvalidTimings(format!(
-            "renew period {period:?} must be at least the retry period {retry:?} and shorter than the renew deadline {deadline:?}"
+            "renew period {period:?} ({p_src}) must be at least the retry period {retry:?} ({r_src}) and shorter than the renew deadline {deadline:?} ({d_src})"
         )));
     }
     Ok(Resolved { renew_deadline: deadline, retry_period: retry, renew_period: period })
@@ -461,22 +481,43 @@ pub struct LockGuard {
 }
 
 impl LockGuard {
+    /// Starts holding the grant `token` of claim `claim_name`, whose create was sent at `queued`.
+    ///
+    /// The renew deadline must start no later than the operator's expiry clock for this grant,
+    /// which starts when the operator sees its own grant: after the claim existed, so after
+    /// `queued`. A grant learned within the renew period of `queued` is therefore held at once,
+    /// with `queued` as its last renewal's start and its first renewal due a renew period after
+    /// it (no write on the handover's path: issue 12). A grant learned later is first proved by
+    /// a renewal (owner-verified compare-and-swap), whose start is then the reference. The model
+    /// checker runs the same rule (`tests/model.rs`, `ClaimLearns`) and catches the unsafe one,
+    /// counting from when the grant was learned (`Bug::HolderClockFromLearning`).
     async fn start(
         h: &Holder,
         (claim_name, claim_uid): (String, String),
         token: i64,
-        lease_name: String,
+        (lease_name, lease_rv): (String, Option<String>),
         timings: Resolved,
+        queued: Instant,
     ) -> Result<LockGuard, HolderError> {
         let renew_deadline = timings.renew_deadline;
         let known = KnownLease::default();
+        // The version the grant wrote: the first renewal or the release needs no read.
+        if let Some(rv) = lease_rv {
+            known.set_version(rv);
+        }
         let leases: Api<Lease> = Api::namespaced(h.client.clone(), &h.namespace);
         let claims: Api<DistributedLockClaim> = Api::namespaced(h.client.clone(), &h.namespace);
-        // Prove the grant with a first renewal before the caller may act on it.
-        let started = Instant::now();
-        let first = tokio::time::timeout(renew_deadline, renew(&leases, &lease_name, &h.identity, &claim_uid, &known))
-            .await
-            .unwrap_or(Err(HolderError::FirstRenewalTimeout(renew_deadline)));
+        let (started, first) = if queued.elapsed() < timings.renew_period {
+            (queued, Ok(true))
+        } else {
+            // Prove the grant with a first renewal before the caller may act on it.
+            let started = Instant::now();
+            let first =
+                tokio::time::timeout(renew_deadline, renew(&leases, &lease_name, &h.identity, &claim_uid, &known))
+                    .await
+                    .unwrap_or(Err(HolderError::FirstRenewalTimeout(renew_deadline)));
+            (started, first)
+        };
         match first {
             Ok(true) => {}
             Ok(false) => {
@@ -609,20 +650,54 @@ async fn free(
     result
 }
 
-/// The Lease as this holder's last successful write (renewal) returned it, so the next renewal
-/// or the release can compare-and-swap without reading first. Taken by the write that uses it;
-/// a stale one costs a 409 and a fresh read, never a wrong write (the resourceVersion
-/// precondition).
+/// The Lease as this holder's last successful write (renewal) returned it, or only the
+/// resourceVersion at which the grant wrote it (the claim's `status.leaseResourceVersion`), so
+/// the next renewal or the release can compare-and-swap without reading first. Taken by the
+/// write that uses it; a stale one costs a 409 and a fresh read, never a wrong write (the
+/// resourceVersion precondition).
 #[derive(Clone, Default)]
-struct KnownLease(std::sync::Arc<std::sync::Mutex<Option<Lease>>>);
+struct KnownLease(std::sync::Arc<std::sync::Mutex<Option<Known>>>);
+
+/// What [`KnownLease`] holds.
+enum Known {
+    /// The whole object: a PUT from it.
+    Object(Box<Lease>),
+    /// A version at which the Lease named this holder: a merge PATCH that carries it as
+    /// precondition and changes only what the write is about.
+    Version(String),
+}
 
 impl KnownLease {
-    fn take(&self) -> Option<Lease> {
+    fn take(&self) -> Option<Known> {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
 
     fn set(&self, lease: Lease) {
-        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(lease);
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(Known::Object(Box::new(lease)));
+    }
+
+    fn set_version(&self, resource_version: String) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(Known::Version(resource_version));
+    }
+}
+
+/// One compare-and-swap merge PATCH of the Lease at `resource_version` (which named this
+/// holder): `Ok(Some(written))`, or `Ok(None)` when the Lease changed since (409) or the caller
+/// may not patch Leases (403, a role from an older chart): read it and decide again. Other
+/// errors, 404 included, are returned.
+async fn patch_at(
+    leases: &Api<Lease>,
+    lock: &str,
+    resource_version: String,
+    mut body: serde_json::Value,
+) -> Result<Option<Lease>, kube::Error> {
+    body["metadata"]["resourceVersion"] = resource_version.into();
+    match leases.patch(lock, &PatchParams::default(), &Patch::Merge(&body)).await {
+        Ok(written) => Ok(Some(written)),
+        // 403: a holder role from before the holder patched (get and update only): the read and
+        // PUT path still works.
+        Err(kube::Error::Api(s)) if s.code == 409 || s.code == 403 => Ok(None),
+        Err(e) => Err(e),
     }
 }
 
@@ -641,12 +716,24 @@ async fn renew(
     claim_uid: &str,
     known: &KnownLease,
 ) -> Result<bool, HolderError> {
-    // First from the Lease our last write returned (no GET: one request per renewal while
-    // nobody else writes the Lease); after a 409, from a fresh read.
+    // First from the Lease our last write returned, or the version the grant wrote (no GET: one
+    // request per renewal while nobody else writes the Lease); after a 409, from a fresh read.
     let mut last = known.take();
     loop {
         let mut lease = match last.take() {
-            Some(l) => l,
+            Some(Known::Object(l)) => *l,
+            Some(Known::Version(rv)) => {
+                let body = serde_json::json!({ "spec": { "renewTime": MicroTime(Timestamp::now()) } });
+                match patch_at(leases, lease_name, rv, body).await {
+                    Ok(Some(written)) => {
+                        known.set(written);
+                        return Ok(true);
+                    }
+                    Ok(None) => continue,
+                    Err(kube::Error::Api(s)) if s.code == 404 => return Ok(false),
+                    Err(e) => return Err(HolderError::Kube { op: "renew Lease", source: e }),
+                }
+            }
             // NotFound (the Lease, or the namespace, is gone) is a lost lock, not an error to
             // retry: nobody can prove this holder still holds.
             None => match leases.get_opt(lease_name).await.map_err(kube_err("get Lease"))? {
@@ -681,11 +768,23 @@ async fn clear_holder(
     claim_uid: &str,
     known: &KnownLease,
 ) -> Result<bool, HolderError> {
-    // One PUT when the Lease is as our last renewal left it; after a 409, from a fresh read.
+    // One PUT when the Lease is as our last renewal left it (one PATCH when only the grant's
+    // version is known); after a 409, from a fresh read.
     let mut last = known.take();
     loop {
         let mut lease = match last.take() {
-            Some(l) => l,
+            Some(Known::Object(l)) => *l,
+            Some(Known::Version(rv)) => {
+                let body = serde_json::json!({
+                    "metadata": { "annotations": { HOLDER_UID_ANNOTATION: null, HOLDER_KIND_ANNOTATION: null } },
+                    "spec": { "holderIdentity": null, "acquireTime": null, "renewTime": null },
+                });
+                match patch_at(leases, lease_name, rv, body).await {
+                    Ok(Some(_)) => return Ok(true),
+                    Ok(None) => continue,
+                    Err(e) => return Err(HolderError::Kube { op: "release Lease", source: e }),
+                }
+            }
             None => leases.get(lease_name).await.map_err(kube_err("get Lease"))?,
         };
         if !names_us(&lease, identity, claim_uid) {
@@ -721,8 +820,8 @@ async fn renew_loop(
     renewed: watch::Sender<Instant>,
 ) {
     let renew_deadline = timings.renew_deadline;
-    // The renew period after a success, the retry period after a failure.
-    let mut wait = timings.renew_period;
+    // The renew period after a success (counted from its start), the retry period after a failure.
+    let mut wait = timings.renew_period.saturating_sub(last_ok.elapsed());
     loop {
         // Never sleep past the deadline: loss is detected within the renew deadline, not
         // deadline + retry period.
@@ -782,5 +881,15 @@ mod tests {
         assert!(resolve_timings(Duration::from_secs(15), t).is_err(), "renew period = deadline");
         let t = Timings { renew_period: s(1), ..Timings::default() };
         assert!(resolve_timings(Duration::from_secs(15), t).is_err(), "renew period < retry period");
+    }
+
+    #[test]
+    fn a_timing_error_says_which_values_were_set_and_which_defaulted() {
+        let t = Timings { renew_deadline: Some(Duration::from_secs(1)), ..Timings::default() };
+        let Err(HolderError::InvalidTimings(m)) = resolve_timings(Duration::from_secs(15), t) else {
+            panic!("a 1 s renew deadline under the default 2 s retry period must be refused")
+        };
+        assert!(m.contains("retry period 2s (the default: 2/15 of the lease duration"), "{m}");
+        assert!(m.contains("renew deadline 1s (as set)"), "{m}");
     }
 }

@@ -15,8 +15,10 @@ use nix::unistd::Pid;
 use tokio::process::Command;
 use tokio::signal::unix::{SignalKind, signal};
 
+use kube::Api;
+
 use crate::cli::LockArgs;
-use crate::crd::OnBusy;
+use crate::crd::{DistributedLock, OnBusy};
 use crate::holder::{Holder, HolderError, LockGuard, Timings};
 
 /// Exit status: `--try` found the lock busy.
@@ -75,6 +77,7 @@ async fn run_inner(args: LockArgs) -> anyhow::Result<i32> {
         Some(id) => id,
         None => default_identity(&client).await,
     };
+    let locks: Api<DistributedLock> = Api::namespaced(client.clone(), &namespace);
     let mut holder = Holder::new(client, &namespace, &args.lock, &identity).with_timings(Timings {
         renew_deadline: args.renew_deadline.map(Into::into),
         retry_period: args.retry_period.map(Into::into),
@@ -103,9 +106,11 @@ async fn run_inner(args: LockArgs) -> anyhow::Result<i32> {
         }
     };
     // Leave the queue cleanly when a signal ends the wait (each of them would end the process).
+    let progress = report_progress(&locks, &args.lock, ticket.claim_name(), args.progress_interval.into());
     let acquired = tokio::select! {
         r = ticket.wait(args.wait_timeout.map(Into::into)) => r,
         Some(sig) = signals.recv() => { ticket.cancel().await; return Ok(128 + sig as i32) }
+        never = progress => match never {},
     };
     if acquired.is_err() {
         ticket.cancel().await;
@@ -124,6 +129,54 @@ async fn run_inner(args: LockArgs) -> anyhow::Result<i32> {
     };
     tracing::info!(lock = %args.lock, identity = %identity, token = guard.token(), "lock granted; starting command");
     supervise(args, guard, kill_grace, ticket_deadline, signals).await
+}
+
+/// While a claim waits, says on stderr why: who holds the lock and the claim's place in the
+/// queue, as the lock's status shows them, or that no operator has queued the claim yet (the
+/// status names the first 10 waiters). First after `every`, then whenever the text changes,
+/// checked every `every`; never returns. `every` zero: silent. A failed read is skipped.
+async fn report_progress(
+    locks: &Api<DistributedLock>,
+    lock: &str,
+    claim: &str,
+    every: Duration,
+) -> std::convert::Infallible {
+    let started = tokio::time::Instant::now();
+    let mut said = String::new();
+    loop {
+        if every.is_zero() {
+            std::future::pending::<()>().await;
+        }
+        tokio::time::sleep(every).await;
+        let Ok(l) = locks.get(lock).await else { continue };
+        let text = progress_text(&l, lock, claim, started.elapsed());
+        if text != said {
+            eprintln!("leasehold lock: {text}");
+            said = text;
+        }
+    }
+}
+
+/// The progress line for a claim that waits for `lock` (see [`report_progress`]).
+fn progress_text(l: &DistributedLock, lock: &str, claim: &str, waited: Duration) -> String {
+    let status = l.status.clone().unwrap_or_default();
+    let held = match &status.holder {
+        Some(h) => format!("held by {} (fencing token {})", h.name, h.token),
+        None => "free".to_string(),
+    };
+    match status.waiters.iter().position(|w| w == claim) {
+        Some(i) => {
+            format!("waiting for lock {lock}, {held}; claim {claim} is {} of {} in the queue", i + 1, status.waiting)
+        }
+        None if status.waiters.len() >= 10 => {
+            format!("waiting for lock {lock}, {held}; {} wait, claim {claim} is beyond the first 10", status.waiting)
+        }
+        None => format!(
+            "waiting for lock {lock} for {}s, {held}; no operator has queued claim {claim} yet: is it running? \
+             (kubectl get dlock {lock}; leasehold status {lock})",
+            waited.as_secs()
+        ),
+    }
 }
 
 /// Every signal in [`FORWARDED`], from one channel, caught from now on (the default action, which
@@ -323,6 +376,36 @@ async fn default_identity(client: &kube::Client) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn lock_with(holder: Option<(&str, i64)>, waiters: &[&str], waiting: i32) -> DistributedLock {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "leasehold.dev/v1alpha1", "kind": "DistributedLock", "metadata": {"name": "l"}, "spec": {},
+            "status": {
+                "holder": holder.map(|(n, t)| serde_json::json!({"name": n, "token": t})),
+                "waiters": waiters, "waiting": waiting,
+            },
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn progress_names_the_holder_and_the_claims_place() {
+        let l = lock_with(Some(("a", 7)), &["l-x", "l-me"], 2);
+        assert_eq!(
+            progress_text(&l, "l", "l-me", secs(10)),
+            "waiting for lock l, held by a (fencing token 7); claim l-me is 2 of 2 in the queue"
+        );
+    }
+
+    #[test]
+    fn progress_says_when_no_operator_has_queued_the_claim() {
+        let l = lock_with(None, &[], 0);
+        let text = progress_text(&l, "l", "l-me", secs(10));
+        assert!(text.starts_with("waiting for lock l for 10s, free; no operator has queued claim l-me yet"), "{text}");
+        let full: Vec<String> = (0..10).map(|i| format!("l-{i}")).collect();
+        let l = lock_with(Some(("a", 7)), &full.iter().map(String::as_str).collect::<Vec<_>>(), 12);
+        assert!(progress_text(&l, "l", "l-me", secs(10)).ends_with("12 wait, claim l-me is beyond the first 10"));
+    }
 
     #[test]
     fn an_error_that_prints_its_source_is_not_repeated() {

@@ -70,8 +70,9 @@ pub fn run(args: WatchdogArgs) {
         }
         let _ = tx.send(None);
     });
-    // Until the first heartbeat: `leasehold lock` starts the watchdog right after the first
-    // renewal, so "now" is later than that renewal's start; the first line corrects it.
+    // Until the first heartbeat: `leasehold lock` starts the watchdog right after the grant (its
+    // first renewal, or its claim's create when it needed none), so "now" is later than that
+    // start; the first line corrects it.
     let mut last_renewal = Instant::now();
     let mut kill_at = None::<Instant>;
     loop {

@@ -107,6 +107,8 @@ use stateright::{Checker, Model, Property};
 
 const LEASE_SECS: u64 = 3;
 const RENEW_DEADLINE: u8 = 2;
+/// When every modelled claim was created (its process sent the create): the start.
+const CLAIM_QUEUED_AT: u8 = 0;
 const I1: &str = "I1 at most one running holder (a lost or paused one only with a lower token)";
 const I2: &str = "I2 tokens strictly increase and stay within the reservation";
 const I3: &str = "I3 a waiter is answered once: never granted after its rejection, never rejected after its grant";
@@ -149,6 +151,10 @@ enum Bug {
     /// two operators reserve from the same ceiling and grant the same token on two semaphore
     /// slots.
     ReserveWithoutPrecondition,
+    /// A claim's process that learns its grant without a first renewal counts its renew deadline
+    /// from when it learned the grant (a watch event that may come late), not from its claim's
+    /// creation.
+    HolderClockFromLearning,
     /// The conversion drops a holder's slot (`leasehold.dev/slot`, claim `status.slot`): every
     /// holder looks like slot 0's, so slot 1 takes its own holder for gone and grants again.
     IgnoreSlot,
@@ -437,7 +443,8 @@ enum Action {
     NodeLost(usize),
     /// The kubelet stopped the containers of a pod the operator marked Failed while they ran.
     PodStopped(usize),
-    /// The claim's process sees its grant and makes its first renewal.
+    /// The claim's process sees its grant: within the renew deadline of its claim's creation it
+    /// holds at once (its deadline counted from that creation), later only after a first renewal.
     ClaimLearns(usize),
     /// The claim's process renews (owner-verified compare-and-swap on the Lease).
     ClaimRenews(usize),
@@ -1262,7 +1269,18 @@ impl Model for LockModel {
                 w.procs[i].slot = claim.slot;
                 w.procs[i].done = true;
                 let start = w.now;
-                if w.renew(i) {
+                // `LockGuard::start`: the claim's create (time 0: every modelled claim exists from
+                // the start) was sent before any operator could see a grant to it, so it bounds
+                // the start of the operator's expiry clock from below. The planted bug counts
+                // from when the grant was learned instead, which a late watch event makes too late.
+                let (from, learned_late) = match self.cfg.bug {
+                    Some(Bug::HolderClockFromLearning) => (start, false),
+                    _ => (CLAIM_QUEUED_AT, start >= CLAIM_QUEUED_AT + RENEW_DEADLINE),
+                };
+                if !learned_late {
+                    w.procs[i].holding = Some(token);
+                    w.procs[i].last_renew = from;
+                } else if w.renew(i) {
                     w.procs[i].holding = Some(token);
                     w.procs[i].last_renew = start;
                 }
@@ -1672,6 +1690,15 @@ fn a_planted_bug_semaphore_ignoring_the_slot_is_caught() {
         ..Config::BASE
     };
     planted_violates(Bug::IgnoreSlot, cfg, 7, I1);
+}
+
+/// The checker can fail I1 when a claim holder skips its first renewal and counts its deadline
+/// from when it learned the grant: the grant is taken back (no renewal for a lease duration),
+/// the next claim is granted, and the first learns its old grant late and works beside it.
+#[test]
+fn a_planted_bug_holder_clock_from_learning_is_caught() {
+    let cfg = Config { pods: 0, claims: 2, max_time: 4, restarts: 0, faults: 0, ..Config::BASE };
+    planted_violates(Bug::HolderClockFromLearning, cfg, 12, I1);
 }
 
 /// Runs `cfg` with `bug` planted and asserts the checker finds a counterexample to `property`.

@@ -221,10 +221,10 @@ fn handover_phases(marks: &[Mark], spans: &[(Instant, Instant, String)]) -> Vec<
         p[3].push(ms(t1.saturating_duration_since(claim)));
     }
     let names = [
-        "release() called -> watch sees the Lease freed (holder: PUT Lease; GET first only after a 409)",
+        "release() called -> watch sees the Lease freed (holder: GET + PUT Lease when it never renewed, else PUT)",
         "Lease freed -> watch sees the Lease name the waiter (operator: watch event, reconcile, PUT Lease)",
         "Lease granted -> watch sees the claim granted (operator: PATCH claim status)",
-        "claim granted -> acquire() returns (waiter: watch event, first renewal GET + PUT Lease)",
+        "claim granted -> acquire() returns (waiter: watch event; a first renewal GET + PUT only after a wait of a renew period or more)",
     ];
     names.iter().zip(p.iter()).map(|(n, v)| (n.to_string(), summarize(v))).collect()
 }

@@ -222,7 +222,8 @@ async fn reconcile_lock(lock: Arc<DistributedLock>, ctx: Arc<Context>, started: 
                         }
                         tracing::info!(lock = %name, namespace = %ns, pod = %g.name, token = g.token, "granted");
                         ctx.failpoint("exit-after-lease-grant");
-                        Some(patch_holder(&ctx, &ns, &lock, &g).await)
+                        let lease_rv = leases[slot as usize].as_ref().and_then(|l| l.metadata.resource_version.clone());
+                        Some(patch_holder(&ctx, &ns, &lock, &g, lease_rv).await)
                     }
                     None => None,
                 };
@@ -250,7 +251,9 @@ async fn reconcile_lock(lock: Arc<DistributedLock>, ctx: Arc<Context>, started: 
             }
             Decision::PatchHolder(g) => {
                 tracing::info!(lock = %name, holder = %g.name, token = g.token, "finishing a grant recorded in the Lease");
-                snapshot.absorb_candidate(patch_holder(&ctx, &ns, &lock, &g).await?);
+                // The Lease names this holder (that is the decision), at this version.
+                let lease_rv = leases[slot as usize].as_ref().and_then(|l| l.metadata.resource_version.clone());
+                snapshot.absorb_candidate(patch_holder(&ctx, &ns, &lock, &g, lease_rv).await?);
             }
             Decision::DeletePod { name: pod_name, uid } => {
                 let dp = DeleteParams {
@@ -563,9 +566,16 @@ fn reservation_patch(lock: &DistributedLock, to: i64, slot: Option<u32>) -> serd
 /// same name, or one that changed since (deleted, re-annotated, rejected), is never granted from
 /// a stale view (409; the next reconcile decides again). Found by the model checker
 /// (`tests/model.rs`): a grant finished from a stale view ungated a deleted pod with a token
-/// below one already handed out.
+/// below one already handed out. `lease_rv`: the resourceVersion of a Lease that names the
+/// holder, given to a claim (`status.leaseResourceVersion`) for its first compare-and-swap.
 /// Returns the holder as the API server answered.
-async fn patch_holder(ctx: &Context, ns: &str, lock: &DistributedLock, g: &Grant) -> Result<Candidate> {
+async fn patch_holder(
+    ctx: &Context,
+    ns: &str,
+    lock: &DistributedLock,
+    g: &Grant,
+    lease_rv: Option<String>,
+) -> Result<Candidate> {
     let note = format!("{} holds the lock with fencing token {}", g.identity, g.token);
     let (holder_ref, holder) = match g.kind {
         HolderKind::Pod => {
@@ -588,7 +598,7 @@ async fn patch_holder(ctx: &Context, ns: &str, lock: &DistributedLock, g: &Grant
                 "status": {
                     "phase": "Granted", "token": g.token, "reason": "Granted", "message": note,
                     "slot": g.slot, "leaseName": lease::slot_lease_name(&lock.name_any(), g.slot),
-                    "lastTransitionTime": Timestamp::now(),
+                    "lastTransitionTime": Timestamp::now(), "leaseResourceVersion": lease_rv,
                 },
             });
             let claim =

@@ -227,6 +227,7 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
     // lock, deletions included (a holder pod that vanishes frees the lock at once).
     let (lock_tx, lock_rx) = mpsc::unbounded::<ObjectRef<DistributedLock>>();
     let (pod_tx, pod_rx) = mpsc::unbounded::<pod::PodEvent>();
+    let claim_checks = pod_tx.clone();
 
     let (tx, leases_for_pods) = (lock_tx.clone(), leases.clone());
     spawn_watch(
@@ -280,10 +281,17 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
             .modify(trim::meta)
             .reflect(claim_writer),
         move |ev| match ev {
-            watcher::Event::Apply(c) | watcher::Event::InitApply(c) | watcher::Event::Delete(c) => {
+            watcher::Event::Apply(c) | watcher::Event::InitApply(c) => {
                 if let Some(ns) = c.namespace() {
                     let _ = tx.unbounded_send(ObjectRef::new(&c.spec.lock).within(&ns));
                 }
+                let _ = claim_checks.unbounded_send(pod::PodEvent::ClaimSeen(Arc::new(c.clone())));
+            }
+            watcher::Event::Delete(c) => {
+                if let Some(ns) = c.namespace() {
+                    let _ = tx.unbounded_send(ObjectRef::new(&c.spec.lock).within(&ns));
+                }
+                let _ = claim_checks.unbounded_send(pod::PodEvent::ClaimGone(c.uid().unwrap_or_default()));
             }
             watcher::Event::InitDone => trigger_locks(&tx, &leases_for_claims, None),
             watcher::Event::Init => {}

@@ -1,6 +1,7 @@
-//! Pod checks: tell a pod, by Warning Event, why the lock it names cannot serve it (the lock does
-//! not exist, the pod bypasses the scheduler with `spec.nodeName`, or a policy annotation is
-//! unreadable). Never writes pods.
+//! Pod and claim checks: tell a pod, by Warning Event, why the lock it names cannot serve it (the
+//! lock does not exist, the pod bypasses the scheduler with `spec.nodeName`, or a policy
+//! annotation is unreadable), and a DistributedLockClaim that its lock does not exist. Never
+//! writes pods or claims.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -8,12 +9,12 @@ use std::sync::{Arc, Mutex};
 use futures::StreamExt;
 use futures::channel::mpsc::UnboundedReceiver;
 use k8s_openapi::api::core::v1::Pod;
-use kube::ResourceExt;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::Store;
+use kube::{Resource, ResourceExt};
 
 use super::{Context, lock_of, pod_ref};
-use crate::crd::DistributedLock;
+use crate::crd::{DistributedLock, DistributedLockClaim};
 use crate::lock::TOKEN_ANNOTATION;
 use crate::lock::policy::{self, MAX_WAIT_ANNOTATION, ON_BUSY_ANNOTATION};
 
@@ -33,6 +34,10 @@ pub enum PodEvent {
     Seen(Arc<Pod>),
     /// The pod with this UID is gone.
     Gone(String),
+    /// A claim was created or changed.
+    ClaimSeen(Arc<DistributedLockClaim>),
+    /// The claim with this UID is gone.
+    ClaimGone(String),
 }
 
 /// Runs the checks for every pod event until the channel closes.
@@ -40,8 +45,33 @@ pub async fn run_checks(mut events: UnboundedReceiver<PodEvent>, pctx: Arc<PodCo
     while let Some(ev) = events.next().await {
         match ev {
             PodEvent::Seen(pod) => check(&pod, &pctx).await,
-            PodEvent::Gone(uid) => pctx.warned.lock().unwrap_or_else(|e| e.into_inner()).retain(|(u, _)| *u != uid),
+            PodEvent::ClaimSeen(claim) => check_claim(&claim, &pctx).await,
+            PodEvent::Gone(uid) | PodEvent::ClaimGone(uid) => {
+                pctx.warned.lock().unwrap_or_else(|e| e.into_inner()).retain(|(u, _)| *u != uid)
+            }
         }
+    }
+}
+
+/// Checks one claim: a Warning Event `LockNotFound` (once per claim) while its lock does not
+/// exist. A claim that already ended (granted, expired, rejected) is not checked.
+async fn check_claim(claim: &DistributedLockClaim, pctx: &PodContext) {
+    if claim.metadata.deletion_timestamp.is_some() || claim.status.as_ref().is_some_and(|s| s.phase.is_some()) {
+        return;
+    }
+    let uid = claim.uid().unwrap_or_default();
+    let ns = claim.namespace().unwrap_or_default();
+    let lock = super::ObjectRef::<DistributedLock>::new(&claim.spec.lock).within(&ns);
+    if pctx.locks.get(&lock).is_some() {
+        pctx.warned.lock().unwrap_or_else(|e| e.into_inner()).remove(&(uid, "LockNotFound"));
+        return;
+    }
+    if pctx.warned.lock().unwrap_or_else(|e| e.into_inner()).insert((uid, "LockNotFound")) {
+        let note = format!(
+            "DistributedLock {} does not exist in namespace {ns}; the claim waits until it is created",
+            claim.spec.lock
+        );
+        pctx.ctx.event(&claim.object_ref(&()), EventType::Warning, "LockNotFound", note, "Wait").await;
     }
 }
 

@@ -159,6 +159,21 @@ pub async fn reconcile<W: Workload>(obj: Arc<W>, ctx: Arc<Context>) -> Result<Ac
 
     // The lock.
     let lock = match call("get DistributedLock", locks.get_opt(&claim.lock)).await? {
+        // A singleton whose lock already exists and was not made for it (a lock someone created
+        // with the same name, or another workload's): its runs share that lock, and it is not
+        // deleted with the workload. Allowed (sharing a lock is a feature), but said.
+        Some(l) if claim.own && !owned_by(&l, obj.as_ref()) => {
+            let note = format!(
+                "DistributedLock {} already exists and was not created for {} {name}: its runs share that lock with \
+                 whatever else uses it, and it is not deleted with the {}; to use a lock of its own, set the \
+                 annotation {LOCK_ANNOTATION} to another name",
+                claim.lock,
+                W::KIND,
+                W::KIND
+            );
+            ctx.event(&obj.object_ref(&()), EventType::Warning, "LockNotOwned", note, "Claim").await;
+            l
+        }
         Some(l) => l,
         None => {
             let owner = claim.own.then(|| owner_ref(obj.as_ref())).flatten();

@@ -101,6 +101,11 @@ pub struct DistributedLockClaimStatus {
     /// When `phase` last changed (set with `Granted`, `Rejected` and `Expired`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_transition_time: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+    /// With `Granted`: the `metadata.resourceVersion` of the Lease as the grant wrote it (naming
+    /// this claim), so the holder's first renewal or release is one compare-and-swap PATCH with
+    /// no read before it (a Lease changed since answers 409, and the holder reads it then).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_resource_version: Option<String>,
 }
 
 #[cfg(test)]

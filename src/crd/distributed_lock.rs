@@ -39,7 +39,7 @@ pub const DEFAULT_NODE_LOSS_TIMEOUT_SECONDS: i32 = 300;
 // kubectl's default server-side field validation (`--validate=strict`) rejects them.
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("!has(oldSelf.maxHolders) || has(self.maxHolders)").message("maxHolders cannot be removed once set (set it to 1 instead): a semaphore issues fencing tokens differently from a plain lock"))]
-#[x_kube(validation = Rule::new("self.nodeLossTimeoutSeconds >= self.leaseDurationSeconds").message("nodeLossTimeoutSeconds must be at least leaseDurationSeconds: a holder's node cannot be declared lost faster than its lease could expire"))]
+#[x_kube(validation = Rule::new("self.nodeLossTimeoutSeconds >= self.leaseDurationSeconds").message("nodeLossTimeoutSeconds must be at least leaseDurationSeconds (it is 300 when not set, so a lease longer than 300 s needs it set too): a holder's node cannot be declared lost faster than its lease could expire"))]
 pub struct DistributedLockSpec {
     /// Lease duration in seconds (1..=3600), written to the Lease's `spec.leaseDurationSeconds`.
     /// Holders that renew the Lease themselves must renew within this period.
