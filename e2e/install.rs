@@ -885,6 +885,7 @@ fn ordinary_user(ns: &TestNs, name: &str) {
 const GATE: &str = "leasehold.dev/lock";
 const TOKEN: &str = "leasehold.dev/fencing-token";
 const GRANTED_LOCK: &str = "leasehold.dev/granted-lock";
+const SLOT: &str = "leasehold.dev/slot";
 
 fn ungate_patch() -> Value {
     json!({"spec": {"schedulingGates": [{"$patch": "delete", "name": GATE}]}})
@@ -931,7 +932,7 @@ async fn only_the_operator_may_ungate_pods_or_set_fencing_tokens() {
 
     // The operator may: the very patch a grant writes.
     let grant = json!({
-        "metadata": {"annotations": {TOKEN: "1", GRANTED_LOCK: "report"}},
+        "metadata": {"annotations": {TOKEN: "1", GRANTED_LOCK: "report", SLOT: "1"}},
         "spec": {"schedulingGates": [{"$patch": "delete", "name": GATE}]},
     });
     let p = assert_allowed(operator.patch("victim", &pp, &Patch::Strategic(&grant)).await, "the operator grants");
@@ -943,6 +944,11 @@ async fn only_the_operator_may_ungate_pods_or_set_fencing_tokens() {
     assert_denied(mallory.patch("victim", &pp, &Patch::Merge(&change)).await, &policy, "fencing-token");
     let remove = json!({"metadata": {"annotations": {TOKEN: null}}});
     assert_denied(mallory.patch("victim", &pp, &Patch::Merge(&remove)).await, &policy, "fencing-token");
+    // Nor move a semaphore holder to another slot (its own slot would be granted again).
+    let slot = json!({"metadata": {"annotations": {SLOT: "0"}}});
+    assert_denied(mallory.patch("victim", &pp, &Patch::Merge(&slot)).await, &policy, "leasehold.dev/slot");
+    let no_slot = json!({"metadata": {"annotations": {SLOT: null}}});
+    assert_denied(mallory.patch("victim", &pp, &Patch::Merge(&no_slot)).await, &policy, "leasehold.dev/slot");
     assert_allowed(operator.patch("victim", &pp, &Patch::Merge(&change)).await, "the operator changes the token");
     drop(release);
     ns.cleanup().await;

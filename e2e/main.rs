@@ -10,5 +10,6 @@ mod inspect;
 mod install;
 mod lock_lifecycle;
 mod lock_safety;
+mod semaphore;
 mod singleton;
 mod support;

@@ -285,13 +285,15 @@ impl Holder {
         })
     }
 
-    /// Watches the claim until it is granted (its token, and the Lease's resourceVersion as the
-    /// grant wrote it when the operator says), rejected, or deleted.
+    /// Waits for claim `name` to be granted; returns its token, the name of the Lease that
+    /// records the grant (the claim's `status.leaseName`: `<lock>-slot-<k>` for slot k of a
+    /// semaphore; absent, as written before semaphores: the Lease named like the lock), and that
+    /// Lease's resourceVersion as the grant wrote it (`status.leaseResourceVersion`), if given.
     async fn wait_for_grant(
         &self,
         claims: &Api<DistributedLockClaim>,
         name: &str,
-    ) -> Result<(i64, Option<String>), HolderError> {
+    ) -> Result<(i64, String, Option<String>), HolderError> {
         let cfg = watcher::Config::default().fields(&format!("metadata.name={name}"));
         let mut events = watcher(claims.clone(), cfg).default_backoff().boxed();
         // Whether the current (re)list returned the claim: a list without it means it is gone.
@@ -325,7 +327,8 @@ impl Holder {
                 return Err(HolderError::Expired(status.message.unwrap_or_default()));
             }
             if let Some(token) = status.token {
-                return Ok((token, status.lease_resource_version));
+                let lease_name = status.lease_name.unwrap_or_else(|| self.lock.clone());
+                return Ok((token, lease_name, status.lease_resource_version));
             }
             if status.phase == Some(ClaimPhase::Rejected) {
                 return Err(match status.reason.as_deref() {
@@ -378,14 +381,14 @@ impl Ticket {
     /// [`HolderError::NotHolder`], [`HolderError::Kube`].
     pub async fn wait(&self, timeout: Option<Duration>) -> Result<LockGuard, HolderError> {
         let wait = self.holder.wait_for_grant(&self.claims, &self.claim_name);
-        let (token, lease_rv) = match timeout {
+        let (token, lease_name, lease_rv) = match timeout {
             Some(t) => tokio::time::timeout(t, wait)
                 .await
                 .unwrap_or_else(|_| Err(HolderError::WaitTimeout(t, self.holder.lock.clone())))?,
             None => wait.await?,
         };
-        let (name, uid) = (self.claim_name.clone(), self.claim_uid.clone());
-        LockGuard::start(&self.holder, name, uid, token, lease_rv, self.timings, self.queued).await
+        let claim = (self.claim_name.clone(), self.claim_uid.clone());
+        LockGuard::start(&self.holder, claim, token, (lease_name, lease_rv), self.timings, self.queued).await
     }
 
     /// Leaves the queue: if the claim was granted meanwhile, first frees the Lease (owner-verified
@@ -394,8 +397,15 @@ impl Ticket {
     /// expires: the operator cannot tell whether its process still runs.
     pub async fn cancel(self) {
         let leases: Api<Lease> = Api::namespaced(self.holder.client.clone(), &self.holder.namespace);
-        let (lock, identity, known) = (&self.holder.lock, &self.holder.identity, &KnownLease::default());
-        if let Err(e) = clear_holder(&leases, lock, identity, &self.claim_uid, known).await {
+        // The Lease of the claim's grant, if it was granted (a semaphore slot's Lease); else the
+        // lock's own, which names this claim only if it was granted there.
+        let granted = self.claims.get_opt(&self.claim_name).await.ok().flatten();
+        let lease_name = granted
+            .filter(|c| c.metadata.uid.as_deref() == Some(self.claim_uid.as_str()))
+            .and_then(|c| c.status?.lease_name)
+            .unwrap_or_else(|| self.holder.lock.clone());
+        let (identity, known) = (&self.holder.identity, &KnownLease::default());
+        if let Err(e) = clear_holder(&leases, &lease_name, identity, &self.claim_uid, known).await {
             tracing::debug!(error = %e, "freeing the Lease on cancel failed (it expires)");
         }
         delete_claim(&self.claims, &self.claim_name, &self.claim_uid).await;
@@ -452,6 +462,9 @@ async fn delete_claim(claims: &Api<DistributedLockClaim>, name: &str, uid: &str)
 /// Call `release()` to know that it happened.
 pub struct LockGuard {
     lock: String,
+    /// The Lease that records this grant and that it renews: the lock's own, or a semaphore
+    /// slot's (`<lock>-slot-<k>`, from the claim's `status.leaseName`).
+    lease_name: String,
     identity: String,
     token: i64,
     claim_name: String,
@@ -480,10 +493,9 @@ impl LockGuard {
     /// counting from when the grant was learned (`Bug::HolderClockFromLearning`).
     async fn start(
         h: &Holder,
-        claim_name: String,
-        claim_uid: String,
+        (claim_name, claim_uid): (String, String),
         token: i64,
-        lease_rv: Option<String>,
+        (lease_name, lease_rv): (String, Option<String>),
         timings: Resolved,
         queued: Instant,
     ) -> Result<LockGuard, HolderError> {
@@ -500,9 +512,10 @@ impl LockGuard {
         } else {
             // Prove the grant with a first renewal before the caller may act on it.
             let started = Instant::now();
-            let first = tokio::time::timeout(renew_deadline, renew(&leases, &h.lock, &h.identity, &claim_uid, &known))
-                .await
-                .unwrap_or(Err(HolderError::FirstRenewalTimeout(renew_deadline)));
+            let first =
+                tokio::time::timeout(renew_deadline, renew(&leases, &lease_name, &h.identity, &claim_uid, &known))
+                    .await
+                    .unwrap_or(Err(HolderError::FirstRenewalTimeout(renew_deadline)));
             (started, first)
         };
         match first {
@@ -512,7 +525,7 @@ impl LockGuard {
                 return Err(HolderError::NotHolder(h.lock.clone()));
             }
             Err(e) => {
-                let _ = free(&leases, &claims, &h.lock, &h.identity, &claim_name, &claim_uid, &known).await;
+                let _ = free(&leases, &claims, &lease_name, &h.identity, &claim_name, &claim_uid, &known).await;
                 return Err(e);
             }
         }
@@ -520,7 +533,7 @@ impl LockGuard {
         let (renewed_tx, renewed_rx) = watch::channel(started);
         let renewer = tokio::spawn(renew_loop(
             leases.clone(),
-            h.lock.clone(),
+            lease_name.clone(),
             h.identity.clone(),
             claim_uid.clone(),
             known.clone(),
@@ -531,6 +544,7 @@ impl LockGuard {
         ));
         Ok(LockGuard {
             lock: h.lock.clone(),
+            lease_name,
             identity: h.identity.clone(),
             token,
             claim_name,
@@ -588,8 +602,10 @@ impl LockGuard {
     pub async fn release(mut self) -> Result<(), HolderError> {
         self.released = true;
         self.renewer.abort();
-        let (lock, identity) = (&self.lock, &self.identity);
-        match free(&self.leases, &self.claims, lock, identity, &self.claim_name, &self.claim_uid, &self.known).await {
+        let (lease_name, identity) = (&self.lease_name, &self.identity);
+        match free(&self.leases, &self.claims, lease_name, identity, &self.claim_name, &self.claim_uid, &self.known)
+            .await
+        {
             Ok(true) => Ok(()),
             Ok(false) => Err(HolderError::NotHolder(self.lock.clone())),
             Err(e) => Err(e),
@@ -607,28 +623,29 @@ impl Drop for LockGuard {
         }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
         let (leases, claims) = (self.leases.clone(), self.claims.clone());
-        let (lock, identity) = (self.lock.clone(), self.identity.clone());
+        let (lock, lease_name, identity) = (self.lock.clone(), self.lease_name.clone(), self.identity.clone());
         let (claim_name, claim_uid, known) = (self.claim_name.clone(), self.claim_uid.clone(), self.known.clone());
         runtime.spawn(async move {
-            if let Err(e) = free(&leases, &claims, &lock, &identity, &claim_name, &claim_uid, &known).await {
+            if let Err(e) = free(&leases, &claims, &lease_name, &identity, &claim_name, &claim_uid, &known).await {
                 tracing::debug!(error = %e, lock, "release of a dropped lock guard failed; the Lease will expire");
             }
         });
     }
 }
 
-/// A release: clears the Lease's holder if it still names this claim ([`clear_holder`]), then
-/// deletes the claim whatever that answered. `Ok(false)`: the Lease named someone else.
+/// A release: clears the holder of Lease `lease_name` if it still names this claim
+/// ([`clear_holder`]), then deletes the claim whatever that answered. `Ok(false)`: the Lease
+/// named someone else.
 async fn free(
     leases: &Api<Lease>,
     claims: &Api<DistributedLockClaim>,
-    lock: &str,
+    lease_name: &str,
     identity: &str,
     claim_name: &str,
     claim_uid: &str,
     known: &KnownLease,
 ) -> Result<bool, HolderError> {
-    let result = clear_holder(leases, lock, identity, claim_uid, known).await;
+    let result = clear_holder(leases, lease_name, identity, claim_uid, known).await;
     delete_claim(claims, claim_name, claim_uid).await;
     result
 }
@@ -689,11 +706,12 @@ fn names_us(lease: &Lease, identity: &str, claim_uid: &str) -> bool {
         && lease.annotations().get(HOLDER_UID_ANNOTATION).map(String::as_str) == Some(claim_uid)
 }
 
-/// One renewal: compare-and-swap `renewTime` if the Lease still names us. `Ok(false)`: it does
-/// not (lost). Retries on 409 (someone else wrote in between) after re-reading.
+/// One renewal of Lease `lease_name` (the grant's: the lock's own or a semaphore slot's):
+/// compare-and-swap `renewTime` if the Lease still names us. `Ok(false)`: it does not (lost).
+/// Retries on 409 (someone else wrote in between) after re-reading.
 async fn renew(
     leases: &Api<Lease>,
-    lock: &str,
+    lease_name: &str,
     identity: &str,
     claim_uid: &str,
     known: &KnownLease,
@@ -706,7 +724,7 @@ async fn renew(
             Some(Known::Object(l)) => *l,
             Some(Known::Version(rv)) => {
                 let body = serde_json::json!({ "spec": { "renewTime": MicroTime(Timestamp::now()) } });
-                match patch_at(leases, lock, rv, body).await {
+                match patch_at(leases, lease_name, rv, body).await {
                     Ok(Some(written)) => {
                         known.set(written);
                         return Ok(true);
@@ -718,7 +736,7 @@ async fn renew(
             }
             // NotFound (the Lease, or the namespace, is gone) is a lost lock, not an error to
             // retry: nobody can prove this holder still holds.
-            None => match leases.get_opt(lock).await.map_err(kube_err("get Lease"))? {
+            None => match leases.get_opt(lease_name).await.map_err(kube_err("get Lease"))? {
                 Some(l) => l,
                 None => return Ok(false),
             },
@@ -729,7 +747,7 @@ async fn renew(
         if let Some(spec) = lease.spec.as_mut() {
             spec.renew_time = Some(MicroTime(Timestamp::now()));
         }
-        match leases.replace(lock, &PostParams::default(), &lease).await {
+        match leases.replace(lease_name, &PostParams::default(), &lease).await {
             Ok(written) => {
                 known.set(written);
                 return Ok(true);
@@ -741,11 +759,11 @@ async fn renew(
     }
 }
 
-/// Owner-verified release: clears the holder only if the Lease still names us, with the
-/// resourceVersion read as precondition. `Ok(false)`: it does not name us.
+/// Owner-verified release of Lease `lease_name`: clears the holder only if the Lease still names
+/// us, with the resourceVersion read as precondition. `Ok(false)`: it does not name us.
 async fn clear_holder(
     leases: &Api<Lease>,
-    lock: &str,
+    lease_name: &str,
     identity: &str,
     claim_uid: &str,
     known: &KnownLease,
@@ -761,13 +779,13 @@ async fn clear_holder(
                     "metadata": { "annotations": { HOLDER_UID_ANNOTATION: null, HOLDER_KIND_ANNOTATION: null } },
                     "spec": { "holderIdentity": null, "acquireTime": null, "renewTime": null },
                 });
-                match patch_at(leases, lock, rv, body).await {
+                match patch_at(leases, lease_name, rv, body).await {
                     Ok(Some(_)) => return Ok(true),
                     Ok(None) => continue,
                     Err(e) => return Err(HolderError::Kube { op: "release Lease", source: e }),
                 }
             }
-            None => leases.get(lock).await.map_err(kube_err("get Lease"))?,
+            None => leases.get(lease_name).await.map_err(kube_err("get Lease"))?,
         };
         if !names_us(&lease, identity, claim_uid) {
             return Ok(false);
@@ -781,7 +799,7 @@ async fn clear_holder(
             a.remove(HOLDER_UID_ANNOTATION);
             a.remove(HOLDER_KIND_ANNOTATION);
         }
-        match leases.replace(lock, &PostParams::default(), &lease).await {
+        match leases.replace(lease_name, &PostParams::default(), &lease).await {
             Ok(_) => return Ok(true),
             Err(kube::Error::Api(s)) if s.code == 409 => continue,
             Err(e) => return Err(HolderError::Kube { op: "release Lease", source: e }),
@@ -792,7 +810,7 @@ async fn clear_holder(
 #[allow(clippy::too_many_arguments)]
 async fn renew_loop(
     leases: Api<Lease>,
-    lock: String,
+    lease_name: String,
     identity: String,
     claim_uid: String,
     known: KnownLease,
@@ -818,7 +836,7 @@ async fn renew_loop(
             return;
         }
         let attempt = Instant::now();
-        match tokio::time::timeout(budget, renew(&leases, &lock, &identity, &claim_uid, &known)).await {
+        match tokio::time::timeout(budget, renew(&leases, &lease_name, &identity, &claim_uid, &known)).await {
             Ok(Ok(true)) => {
                 last_ok = attempt;
                 wait = timings.renew_period;

@@ -64,15 +64,44 @@ pub fn is_owned_by(lease: &Lease, lock: &DistributedLock) -> bool {
     lease.owner_references().iter().any(|o| o.controller == Some(true) && Some(o.uid.as_str()) == uid)
 }
 
-/// Creates the lock's Lease (same name and namespace as the lock).
+/// The name of the Lease of semaphore slot `slot` of the lock named `lock`: slot 0 is the lock's
+/// own Lease, named like the lock (every single-holder lock has only slot 0); slot k >= 1 is
+/// `<lock>-slot-<k>`. Every slot's Lease has the same label (`leasehold.dev/lock: <lock>`) and
+/// controller ownerReference as slot 0's ([`create`]), so it is cached, watched and deleted with
+/// the lock. Lease names are not reserved: a lock named `<lock>-slot-<k>` has its own Lease under
+/// that name, and whichever lock finds the other's Lease there reports `LeaseNotOwned` (fails
+/// closed; nothing is granted in that slot).
+pub fn slot_lease_name(lock: &str, slot: u32) -> String {
+    match slot {
+        0 => lock.to_string(),
+        k => format!("{lock}-slot-{k}"),
+    }
+}
+
+/// The slot (>= 1) whose Lease is named `lease` for the lock named `lock` (inverse of
+/// [`slot_lease_name`] for k >= 1); `None` for the lock's own Lease and any other name.
+pub fn slot_of_lease_name(lock: &str, lease: &str) -> Option<u32> {
+    let text = lease.strip_prefix(lock)?.strip_prefix("-slot-")?;
+    // Canonical decimal only ("01" is not slot 1's name).
+    text.parse::<u32>().ok().filter(|k| *k >= 1 && k.to_string() == text)
+}
+
+/// Creates the Lease of slot `slot` of the lock ([`slot_lease_name`]; slot 0: same name as the
+/// lock), in the lock's namespace.
 ///
 /// # Errors
 /// [`Error::Kube`] with 409 if it already exists (someone else created it: re-observe).
-pub async fn create(api: &Api<Lease>, lock: &DistributedLock, holder: Option<&Grant>, floor: i64) -> Result<Lease> {
+pub async fn create(
+    api: &Api<Lease>,
+    lock: &DistributedLock,
+    slot: u32,
+    holder: Option<&Grant>,
+    floor: i64,
+) -> Result<Lease> {
     let owner = lock.controller_owner_ref(&()).ok_or(Error::MissingField("metadata.uid"))?;
     let mut lease = Lease {
         metadata: ObjectMeta {
-            name: Some(lock.name_any()),
+            name: Some(slot_lease_name(&lock.name_any(), slot)),
             namespace: lock.namespace(),
             labels: Some(BTreeMap::from([(LEASE_LABEL.to_string(), lock.name_any())])),
             owner_references: Some(vec![owner]),
@@ -162,6 +191,16 @@ mod tests {
         let v = view(&l);
         assert_eq!(v.holder, Some(Holder { name: "pod-a".into(), uid: Some("u1".into()), kind: HolderKind::Pod }));
         assert_eq!((v.token, v.floor, v.trusted), (7, 0, true));
+    }
+
+    #[test]
+    fn slot_lease_names_round_trip() {
+        assert_eq!(slot_lease_name("db", 0), "db");
+        assert_eq!(slot_lease_name("db", 2), "db-slot-2");
+        assert_eq!(slot_of_lease_name("db", "db-slot-2"), Some(2));
+        for other in ["db", "db-slot-0", "db-slot-01", "db-slot-x", "db-slot-", "dbx-slot-1", "db-slot-1-slot-2"] {
+            assert_eq!(slot_of_lease_name("db", other), None, "{other}");
+        }
     }
 
     #[test]

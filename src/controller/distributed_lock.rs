@@ -1,5 +1,13 @@
-//! DistributedLock reconcile: observe (caches) -> decide ([`crate::lock::grant::decide`]) ->
+//! DistributedLock reconcile: observe (caches) -> decide ([`crate::lock::machine::step`]) ->
 //! apply (one write) -> repeat on the written objects -> report (status, Events, metrics).
+//!
+//! A semaphore (`spec.maxHolders: N`, issue 14) has one Lease per slot: slot 0 is the Lease
+//! named like the lock, slot k >= 1 the Lease `<lock>-slot-<k>` ([`lease::slot_lease_name`]),
+//! with the same label and controller ownerReference. Each Lease write of a step goes to the
+//! step's slot; a grant's reservation also records its slot in `status.slotTokens` (same
+//! compare-and-swap as `tokenCeiling`); a holder records its slot in the pod annotation
+//! `leasehold.dev/slot` or the claim's `status.slot` (and `status.leaseName`, which the holder
+//! library renews).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -18,16 +26,16 @@ use serde_json::json;
 use super::Context;
 use crate::crd::condition::{self, reason};
 use crate::crd::{ClaimPhase, DistributedLockClaim, OnBusy};
-use crate::crd::{DistributedLock, DistributedLockStatus, HolderStatus};
+use crate::crd::{DistributedLock, DistributedLockStatus, HolderStatus, SlotHolderStatus};
 use crate::error::{Error, Result, call};
 use crate::lease;
 use crate::lock::fencing::parse_token;
 use crate::lock::grant::{
     self, Candidate, Decision, Grant, HolderKind, Phase, Reject, RejectReason, Release, Settings, queue_of,
 };
-use crate::lock::machine::{self, Snapshot};
+use crate::lock::machine::{self, SlotLease, Snapshot};
 use crate::lock::policy;
-use crate::lock::{GRANTED_LOCK_ANNOTATION, LOCK_ANNOTATION, SCHEDULING_GATE, TOKEN_ANNOTATION};
+use crate::lock::{GRANTED_LOCK_ANNOTATION, LOCK_ANNOTATION, SCHEDULING_GATE, SLOT_ANNOTATION, TOKEN_ANNOTATION};
 use crate::metrics::{LockState, Metrics};
 
 /// Field manager of `status.tokenCeiling` (the only field the reservation patch writes).
@@ -71,19 +79,34 @@ async fn reconcile_lock(lock: Arc<DistributedLock>, ctx: Arc<Context>, started: 
     }
     let mut lock = (*lock).clone();
     let candidates = candidates_of(&ctx, &ns, &name);
-    let mut lease_obj = ctx.leases.get(&ObjectRef::new(&name).within(&ns)).map(|l| (*l).clone());
-    if lease_obj.is_none() && grant::needs_lease(&candidates) {
+    // Slot 0's Lease (the lock's own), then a semaphore's slot Leases (`leases[k]`: slot k).
+    let mut leases: Vec<Option<Lease>> = vec![ctx.leases.get(&ObjectRef::new(&name).within(&ns)).map(|l| (*l).clone())];
+    if leases[0].is_none() && grant::needs_lease(&candidates) {
         // The Lease cache holds only Leases labelled leasehold.dev/lock: one that someone else
         // made with the lock's name is invisible there, and creating ours would fail with 409
         // again and again (each try reserving a new block of tokens). One read before anything
         // is reserved or created (not for a lock nobody waits for: its Lease is created at the
         // first grant, and an idle lock costs no request).
-        lease_obj = call("get Lease", lease_api.get_opt(&name)).await?;
+        leases[0] = call("get Lease", lease_api.get_opt(&name)).await?;
     }
-    if let Some(l) = &lease_obj
-        && !lease::is_owned_by(l, &lock)
+    let status = lock.status.clone().unwrap_or_default();
+    leases.extend(slot_leases_of(&ctx, &ns, &lock, &candidates, &status.slot_tokens));
+    let limit = lock.spec.max_holders.map_or(1, |n| n.max(1) as usize);
+    let next_missing = (1..limit.min(leases.len())).find(|k| leases[*k].is_none());
+    if let Some(k) = next_missing
+        && leases[..k].iter().all(|l| l.as_ref().is_some_and(|l| lease::view(l).holder.is_some()))
+        && candidates.iter().any(Candidate::is_waiter)
     {
-        let message = Error::LeaseNotOwned(name.clone()).to_string();
+        // The same read for the slot Lease the next grant creates (every lower slot's Lease names
+        // a holder, someone waits): one that someone else made under its name
+        // (`<lock>-slot-<k>`, unlabelled, so not cached) is found before a reservation is spent
+        // on a create that would fail with 409. One GET per slot, before its first grant.
+        leases[k] = call("get Lease", lease_api.get_opt(&lease::slot_lease_name(&name, k as u32))).await?;
+    }
+    if let Some((slot, _)) =
+        leases.iter().enumerate().find(|(_, l)| l.as_ref().is_some_and(|l| !lease::is_owned_by(l, &lock)))
+    {
+        let message = Error::LeaseNotOwned(lease::slot_lease_name(&name, slot as u32)).to_string();
         let waiters = waiters_of(&candidates_of(&ctx, &ns, &name));
         report_not_ready(&lock_api, &lock, &ctx, reason::LEASE_NOT_OWNED, &message, Some(&waiters)).await?;
         // Changes to an unlabelled Lease are not watched: look again in a while.
@@ -100,20 +123,27 @@ async fn reconcile_lock(lock: Arc<DistributedLock>, ctx: Arc<Context>, started: 
         lease: None,
         renew_marker: None,
         extra_slots: vec![],
-        max_holders: None,
+        max_holders: lock.spec.max_holders.map(|n| n.max(1) as u32),
         candidates,
         ceiling: 0,
         highest_token: 0,
-        // Semaphores are not served yet (issue 14): no slot reservations to read.
         slot_tokens: vec![],
         fresh_reservation: None,
     };
     for _ in 0..MAX_STEPS {
         // Observe: the cached objects, overridden by what this reconcile's writes returned.
         let status = lock.status.clone().unwrap_or_default();
-        snapshot.lease = lease_obj.as_ref().map(lease::view);
-        snapshot.renew_marker = lease_obj.as_ref().and_then(lease::renew_marker);
+        snapshot.lease = leases[0].as_ref().map(lease::view);
+        snapshot.renew_marker = leases[0].as_ref().and_then(lease::renew_marker);
+        snapshot.extra_slots = leases[1..]
+            .iter()
+            .map(|l| SlotLease {
+                lease: l.as_ref().map(lease::view),
+                renew_marker: l.as_ref().and_then(lease::renew_marker),
+            })
+            .collect();
         (snapshot.ceiling, snapshot.highest_token) = (status.token_ceiling, status.highest_token);
+        snapshot.slot_tokens = status.slot_tokens.clone();
         let now = ctx.started.elapsed();
         let clocks = ctx.clocks.lock().unwrap_or_else(|e| e.into_inner()).get(&lock_uid).cloned().unwrap_or_default();
         let step = match machine::step(&snapshot, now, &clocks) {
@@ -128,17 +158,39 @@ async fn reconcile_lock(lock: Arc<DistributedLock>, ctx: Arc<Context>, started: 
             }
         };
         ctx.clocks.lock().unwrap_or_else(|e| e.into_inner()).insert(lock_uid.clone(), step.clocks);
-        let plan = step.plan;
+        let (plan, slot, all_holders) = (step.plan, step.slot, step.holders);
+        if leases.len() <= slot as usize {
+            leases.resize(slot as usize + 1, None);
+        }
         tracing::debug!(lock = %name, namespace = %ns, decision = ?plan.decision, "decided");
         // Apply the one write; fold what the API server answered into the snapshot.
         snapshot.fresh_reservation = None;
         match plan.decision {
             Decision::Reserve { from, to } => {
-                lock = reserve_tokens(&lock_api, &lock, to).await?;
+                lock = reserve_tokens(&lock_api, &lock, to, step.reserved_slot).await?;
                 snapshot.fresh_reservation = Some(from);
             }
             Decision::CreateLease { holder, floor } => {
-                lease_obj = Some(lease::create(&lease_api, &lock, holder.as_ref(), floor).await?);
+                let created = match lease::create(&lease_api, &lock, slot, holder.as_ref(), floor).await {
+                    Ok(l) => l,
+                    Err(e) if e.is_conflict() && slot > 0 => {
+                        // A slot Lease that exists but is not in the cache: our own, not seen yet
+                        // (409, re-observe), or someone else's (unlabelled, so never cached):
+                        // say so, as for the lock's own Lease above.
+                        let lease_name = lease::slot_lease_name(&name, slot);
+                        let found = call("get Lease", lease_api.get_opt(&lease_name)).await?;
+                        if found.as_ref().is_some_and(|l| !lease::is_owned_by(l, &lock)) {
+                            let message = Error::LeaseNotOwned(lease_name).to_string();
+                            let waiters = waiters_of(&snapshot.candidates);
+                            report_not_ready(&lock_api, &lock, &ctx, reason::LEASE_NOT_OWNED, &message, Some(&waiters))
+                                .await?;
+                            return Ok(Action::requeue(FOREIGN_LEASE_RECHECK));
+                        }
+                        return Err(e);
+                    }
+                    Err(e) => return Err(e),
+                };
+                leases[slot as usize] = Some(created);
                 if let Some(h) = holder {
                     let note = format!("Lease was recreated; {} keeps holding with token {}", h.name, h.token);
                     ctx.event(&lock.object_ref(&()), EventType::Warning, "LeaseRecreated", note, "Recreate").await;
@@ -148,19 +200,19 @@ async fn reconcile_lock(lock: Arc<DistributedLock>, ctx: Arc<Context>, started: 
                 if holder.is_some() && released.is_some() {
                     ctx.failpoint("stop-before-lease-handover");
                 }
-                let observed = lease_obj.as_ref().ok_or(Error::MissingField("Lease"))?;
+                let observed = leases[slot as usize].as_ref().ok_or(Error::MissingField("Lease"))?;
                 let written = lease::update(&lease_api, &lock, observed, holder.as_ref(), floor)
                     .await
                     .inspect_err(|e| count_conflict(&ctx.metrics, e))?;
-                lease_obj = Some(written);
+                leases[slot as usize] = Some(written);
                 // A claim whose grant this write took back shows `Expired` before the next
                 // holder's claim shows `Granted`, so no two claims show `Granted` at once (issue
                 // 10). No write when the released holder is a pod or its claim is gone (a
                 // voluntary release frees the Lease itself and takes no `released` here), so a
                 // handover's path carries no extra write; the release's Event comes after the grant.
                 if let Some(r) = &released {
-                    let view = lease_obj.as_ref().map(lease::view).unwrap_or_default();
-                    expire_claims(&ctx, &ns, &lock, &mut snapshot, &view, Some(r)).await?;
+                    let view = leases[slot as usize].as_ref().map(lease::view).unwrap_or_default();
+                    expire_claims(&ctx, &ns, &lock, &mut snapshot, slot, &view, Some(r)).await?;
                 }
                 let granted = match holder {
                     Some(g) => {
@@ -170,7 +222,7 @@ async fn reconcile_lock(lock: Arc<DistributedLock>, ctx: Arc<Context>, started: 
                         }
                         tracing::info!(lock = %name, namespace = %ns, pod = %g.name, token = g.token, "granted");
                         ctx.failpoint("exit-after-lease-grant");
-                        let lease_rv = lease_obj.as_ref().and_then(|l| l.metadata.resource_version.clone());
+                        let lease_rv = leases[slot as usize].as_ref().and_then(|l| l.metadata.resource_version.clone());
                         Some(patch_holder(&ctx, &ns, &lock, &g, lease_rv).await)
                     }
                     None => None,
@@ -184,11 +236,11 @@ async fn reconcile_lock(lock: Arc<DistributedLock>, ctx: Arc<Context>, started: 
                 }
             }
             Decision::RepairLease { holder, floor } => {
-                let observed = lease_obj.as_ref().ok_or(Error::MissingField("Lease"))?;
+                let observed = leases[slot as usize].as_ref().ok_or(Error::MissingField("Lease"))?;
                 let written = lease::update(&lease_api, &lock, observed, Some(&holder), floor)
                     .await
                     .inspect_err(|e| count_conflict(&ctx.metrics, e))?;
-                lease_obj = Some(written);
+                leases[slot as usize] = Some(written);
                 let note = format!(
                     "the Lease disagreed with the running holder (edited by hand, or the holder's lock annotation changed); \
                      repaired it to name {} with its token {}",
@@ -200,7 +252,7 @@ async fn reconcile_lock(lock: Arc<DistributedLock>, ctx: Arc<Context>, started: 
             Decision::PatchHolder(g) => {
                 tracing::info!(lock = %name, holder = %g.name, token = g.token, "finishing a grant recorded in the Lease");
                 // The Lease names this holder (that is the decision), at this version.
-                let lease_rv = lease_obj.as_ref().and_then(|l| l.metadata.resource_version.clone());
+                let lease_rv = leases[slot as usize].as_ref().and_then(|l| l.metadata.resource_version.clone());
                 snapshot.absorb_candidate(patch_holder(&ctx, &ns, &lock, &g, lease_rv).await?);
             }
             Decision::DeletePod { name: pod_name, uid } => {
@@ -237,20 +289,18 @@ async fn reconcile_lock(lock: Arc<DistributedLock>, ctx: Arc<Context>, started: 
             Decision::Idle { requeue_after } => {
                 // A claim still showing Granted for a grant the Lease no longer records (the
                 // expiry write above failed, or an operator restarted in between).
-                if let Some(l) = lease_obj.as_ref() {
-                    let view = lease::view(l);
-                    if view.trusted {
-                        expire_claims(&ctx, &ns, &lock, &mut snapshot, &view, None).await?;
-                    }
+                for (k, l) in leases.iter().enumerate() {
+                    let Some(view) = l.as_ref().map(lease::view).filter(|v| v.trusted) else { continue };
+                    expire_claims(&ctx, &ns, &lock, &mut snapshot, k as u32, &view, None).await?;
                 }
                 ctx.failures.lock().unwrap_or_else(|e| e.into_inner()).remove(&lock_uid);
                 let first_waiter = queue_of(&snapshot.candidates)
                     .into_iter()
                     .find(|c| plan.holder.as_ref().is_none_or(|h| h.uid != c.uid))
                     .map(|c| c.created);
-                let (holder, waiters) = (&plan.holder, &plan.waiters);
-                let status_due =
-                    write_status(&lock_api, &lock, lease_obj.as_ref(), holder, waiters, first_waiter, &ctx).await?;
+                let view =
+                    StatusView { holder: &plan.holder, holders: &all_holders, waiters: &plan.waiters, first_waiter };
+                let status_due = write_status(&lock_api, &lock, &leases, &view, &ctx).await?;
                 announce_waiters(&ctx, &ns, &lock, plan.holder.as_ref(), &snapshot.candidates).await;
                 let timeout = requeue_after.map(|d| d + Duration::from_millis(50));
                 return Ok(Action::requeue([timeout, status_due].into_iter().flatten().min().unwrap_or(RESYNC)));
@@ -334,6 +384,47 @@ fn candidates_of(ctx: &Context, ns: &str, lock: &str) -> Vec<Candidate> {
     pods.chain(claims).map(|c| newest(c, &written)).collect()
 }
 
+/// A semaphore's slot Leases from the cache, slot 1 first (`result[k - 1]` is slot k, `None`
+/// where it does not exist): every slot up to the highest of `spec.maxHolders - 1`, the highest
+/// slot Lease of this lock that exists (name `<lock>-slot-<k>`, label `leasehold.dev/lock:
+/// <lock>`, see [`lease::slot_lease_name`]), the highest slot a running candidate holds, and the
+/// highest slot with a reservation in `slot_tokens`. Empty for a single-holder lock with no slot
+/// Lease and no holder or reservation above slot 0. A semaphore costs one pass over the Lease
+/// cache (`O(Leases)`, like [`candidates_of`] over pods); a single-holder lock one lookup (its
+/// `<lock>-slot-1`), so thousands of plain locks do not scan thousands of Leases each.
+fn slot_leases_of(
+    ctx: &Context,
+    ns: &str,
+    lock: &DistributedLock,
+    candidates: &[Candidate],
+    slot_tokens: &[i64],
+) -> Vec<Option<Lease>> {
+    let name = lock.name_any();
+    let limit = lock.spec.max_holders.map_or(1, |n| n.max(1) as u32);
+    let top_running = candidates.iter().filter(|c| !c.gated && !c.is_terminal()).map(|c| c.slot + 1).max();
+    let top_reserved = slot_tokens.iter().rposition(|t| *t > 0).map_or(0, |k| k as u32 + 1);
+    let slot_1 = ObjectRef::new(&lease::slot_lease_name(&name, 1)).within(ns);
+    let plain = limit == 1
+        && top_running.unwrap_or(0) <= 1
+        && top_reserved <= 1
+        && lock.spec.max_holders.is_none()
+        && ctx.leases.get(&slot_1).is_none();
+    if plain {
+        return vec![];
+    }
+    let mut found: std::collections::BTreeMap<u32, Lease> = ctx
+        .leases
+        .state()
+        .into_iter()
+        .filter(|l| l.namespace().as_deref() == Some(ns))
+        .filter(|l| l.labels().get(crate::lock::LEASE_LABEL).map(String::as_str) == Some(name.as_str()))
+        .filter_map(|l| Some((lease::slot_of_lease_name(&name, &l.name_any())?, (*l).clone())))
+        .collect();
+    let top_lease = found.keys().next_back().map_or(0, |k| k + 1);
+    let slots = limit.max(top_lease).max(top_running.unwrap_or(0)).max(top_reserved);
+    (1..slots).map(|k| found.remove(&k)).collect()
+}
+
 /// `cached`, or the holder as this operator's grant patch returned it when the cache still
 /// shows the version that patch replaced ([`Context::holders_written`]).
 fn newest(cached: Candidate, written: &HashMap<String, (String, Candidate, Instant)>) -> Candidate {
@@ -395,7 +486,7 @@ pub fn candidate_of_pod(p: &Pod, lock: &str, node_lost: bool) -> Option<Candidat
         on_busy: policy::parse_on_busy(ann(policy::ON_BUSY_ANNOTATION)).unwrap_or_default(),
         max_wait: policy::parse_max_wait(ann(policy::MAX_WAIT_ANNOTATION)).unwrap_or_default(),
         waiting_for: None,
-        slot: 0,
+        slot: ann(SLOT_ANNOTATION).and_then(|v| v.trim().parse().ok()).unwrap_or(0),
     })
 }
 
@@ -429,18 +520,44 @@ pub fn candidate_of_claim(c: &DistributedLockClaim) -> Option<Candidate> {
         },
         max_wait: c.spec.max_wait_seconds.filter(|s| *s > 0).map(|s| Duration::from_secs(s as u64)),
         waiting_for: None,
-        slot: 0,
+        slot: status.slot.unwrap_or(0),
     })
 }
 
-/// Raises `status.tokenCeiling` with the lock's resourceVersion as precondition.
-async fn reserve_tokens(api: &Api<DistributedLock>, lock: &DistributedLock, to: i64) -> Result<DistributedLock> {
-    let patch = json!({
-        "metadata": { "resourceVersion": lock.resource_version() },
-        "status": { "tokenCeiling": to },
-    });
+/// Raises `status.tokenCeiling` to `to` with the lock's resourceVersion as precondition. For a
+/// semaphore's grant in slot `k` (`slot` = [`machine::Step::reserved_slot`]) the same write sets
+/// `status.slotTokens[k] = to` (the list as `lock` shows it, extended with zeros): one
+/// compare-and-swap, so the next reservation, by any operator, has seen the slot this token may
+/// still land in.
+async fn reserve_tokens(
+    api: &Api<DistributedLock>,
+    lock: &DistributedLock,
+    to: i64,
+    slot: Option<u32>,
+) -> Result<DistributedLock> {
+    let patch = reservation_patch(lock, to, slot);
     let pp = PatchParams { field_manager: Some(TOKEN_FIELD_MANAGER.into()), ..PatchParams::default() };
     call("reserve fencing tokens", api.patch_status(&lock.name_any(), &pp, &Patch::Merge(&patch))).await
+}
+
+/// The merge patch of [`reserve_tokens`]: `metadata.resourceVersion` of `lock` (the
+/// precondition), `status.tokenCeiling = to`, and with `slot = Some(k)` the whole
+/// `status.slotTokens` list as `lock` shows it, extended with zeros to k + 1 entries, with entry
+/// k set to `to` (a merge patch replaces a list whole; the precondition makes that safe).
+fn reservation_patch(lock: &DistributedLock, to: i64, slot: Option<u32>) -> serde_json::Value {
+    let mut status = json!({ "tokenCeiling": to });
+    if let Some(k) = slot.map(|k| k as usize) {
+        let mut tokens = lock.status.as_ref().map(|s| s.slot_tokens.clone()).unwrap_or_default();
+        if tokens.len() <= k {
+            tokens.resize(k + 1, 0);
+        }
+        tokens[k] = to;
+        status["slotTokens"] = json!(tokens);
+    }
+    json!({
+        "metadata": { "resourceVersion": lock.resource_version() },
+        "status": status,
+    })
 }
 
 /// Second write of a grant, after the Lease write: for a pod, the token annotation and the
@@ -466,6 +583,7 @@ async fn patch_holder(
             let patch = json!({
                 "metadata": { "uid": g.uid, "resourceVersion": g.resource_version, "annotations": {
                     TOKEN_ANNOTATION: g.token.to_string(),
+                    SLOT_ANNOTATION: g.slot.to_string(),
                     GRANTED_LOCK_ANNOTATION: lock.name_any(),
                 } },
                 "spec": { "schedulingGates": [ { "$patch": "delete", "name": SCHEDULING_GATE } ] },
@@ -479,6 +597,7 @@ async fn patch_holder(
                 "metadata": { "uid": g.uid, "resourceVersion": g.resource_version },
                 "status": {
                     "phase": "Granted", "token": g.token, "reason": "Granted", "message": note,
+                    "slot": g.slot, "leaseName": lease::slot_lease_name(&lock.name_any(), g.slot),
                     "lastTransitionTime": Timestamp::now(), "leaseResourceVersion": lease_rv,
                 },
             });
@@ -614,8 +733,8 @@ async fn announce_waiters(
     }
 }
 
-/// Marks every claim of this lock that still shows `Granted` for a grant the Lease (`lease`, as
-/// last written or observed) no longer records as `Expired`: its token is at most the Lease's
+/// Marks every claim of this lock granted in slot `slot` that still shows `Granted` for a grant
+/// that slot's Lease (`lease`, as last written or observed) no longer records as `Expired`: its token is at most the Lease's
 /// token and the Lease does not name it; except the claim whose holder freed the Lease itself
 /// (the Lease names nobody and still carries that claim's token), which its holder deletes.
 /// `released` is the release this reconcile just wrote (its reason goes into the status);
@@ -627,6 +746,7 @@ async fn expire_claims(
     ns: &str,
     lock: &DistributedLock,
     snapshot: &mut Snapshot,
+    slot: u32,
     lease: &grant::LeaseView,
     released: Option<&Release>,
 ) -> Result<()> {
@@ -634,7 +754,7 @@ async fn expire_claims(
     let expired: Vec<Candidate> = snapshot
         .candidates
         .iter()
-        .filter(|c| c.kind == HolderKind::Claim && c.phase == Phase::Running && !c.gated)
+        .filter(|c| c.kind == HolderKind::Claim && c.phase == Phase::Running && !c.gated && c.slot == slot)
         .filter(|c| c.token.is_some_and(|t| t <= lease_token) && holder_uid.as_deref() != Some(c.uid.as_str()))
         // The Lease names nobody, with this claim's token, and this reconcile released nothing:
         // the claim's holder freed the Lease itself (`LockGuard::release`) and deletes the claim
@@ -721,34 +841,72 @@ async fn record_release(ctx: &Context, lock: &DistributedLock, r: &Release) {
 /// lag (the model checker's status apply may land late and stale).
 pub const STATUS_DEBOUNCE: Duration = Duration::from_millis(250);
 
+/// What the status shows, from one step ([`machine::Step`]).
+struct StatusView<'a> {
+    /// The lowest slot's holder (`plan.holder`).
+    holder: &'a Option<Grant>,
+    /// Every holder, lowest slot first (`Step::holders`).
+    holders: &'a [Grant],
+    /// Waiters' names in grant order.
+    waiters: &'a [String],
+    /// The creation time of the first waiter in the queue.
+    first_waiter: Option<Timestamp>,
+}
+
 /// Writes the status view when it changed (no write when nothing changed: 0 writes when idle),
-/// [`STATUS_DEBOUNCE`] after it first saw it change, and sets the lock's metric series at once
-/// (`first_waiter_created`: the creation time of the first waiter in the queue). Returns when to
-/// reconcile again to write a change that is still waiting, `None` if none is.
+/// [`STATUS_DEBOUNCE`] after it first saw it change, and sets the lock's metric series at once.
+/// `leases[k]` is slot k's Lease as last observed or written (slot 0: the lock's own). Returns
+/// when to reconcile again to write a change that is still waiting, `None` if none is.
 async fn write_status(
     api: &Api<DistributedLock>,
     lock: &DistributedLock,
-    lease: Option<&Lease>,
-    holder: &Option<Grant>,
-    waiters: &[String],
-    first_waiter_created: Option<Timestamp>,
+    leases: &[Option<Lease>],
+    view: &StatusView<'_>,
     ctx: &Context,
 ) -> Result<Option<Duration>> {
+    let (holder, waiters, first_waiter_created) = (view.holder, view.waiters, view.first_waiter);
+    let lease = leases.first().and_then(Option::as_ref);
     let old = lock.status.clone().unwrap_or_default();
-    let lease_token = lease.map(|l| lease::view(l).token).unwrap_or(0);
-    let since = lease
-        .and_then(|l| l.spec.as_ref()?.acquire_time.as_ref())
-        .map(|t| k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(t.0));
+    let lease_token = leases.iter().flatten().map(|l| lease::view(l).token).max().unwrap_or(0);
+    // When the holder's grant was written: the acquireTime of its slot's Lease.
+    let acquired = |g: &Grant| {
+        leases
+            .get(g.slot as usize)
+            .and_then(Option::as_ref)
+            .and_then(|l| l.spec.as_ref()?.acquire_time.as_ref())
+            .map(|t| k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(t.0))
+    };
     let holder_status = holder.as_ref().map(|g| HolderStatus {
         name: g.identity.clone(),
         uid: Some(g.uid.clone()),
         token: g.token,
-        since: old.holder.as_ref().filter(|h| h.uid.as_deref() == Some(&g.uid)).and_then(|h| h.since.clone()).or(since),
+        since: old
+            .holder
+            .as_ref()
+            .filter(|h| h.uid.as_deref() == Some(&g.uid))
+            .and_then(|h| h.since.clone())
+            .or_else(|| acquired(g)),
     });
+    let semaphore = lock.spec.max_holders.map(|n| n.max(1));
     let mut new = DistributedLockStatus {
         holder: holder_status,
         highest_token: old.highest_token.max(lease_token),
         token_ceiling: old.token_ceiling,
+        slot_tokens: old.slot_tokens.clone(),
+        holders: match semaphore {
+            Some(_) => view
+                .holders
+                .iter()
+                .map(|g| SlotHolderStatus {
+                    name: g.identity.clone(),
+                    uid: Some(g.uid.clone()),
+                    token: g.token,
+                    slot: g.slot,
+                })
+                .collect(),
+            None => vec![],
+        },
+        occupancy: semaphore.map(|n| format!("{}/{n}", view.holders.len())),
         waiting: waiters.len() as i32,
         waiters: waiters.iter().take(STATUS_WAITERS).cloned().collect(),
         lease_name: lease.map(|l| l.name_any()),
@@ -762,15 +920,20 @@ async fn write_status(
         if lease.is_some() { "Lease is in sync" } else { "in service; its Lease is created at the first grant" };
     condition::set(&mut new.conditions, condition::READY, true, reason::RECONCILED, ready, gen_, now);
     match holder {
-        Some(g) => condition::set(
-            &mut new.conditions,
-            condition::HELD,
-            true,
-            reason::GRANTED,
-            &format!("held by {} with token {}", g.name, g.token),
-            gen_,
-            now,
-        ),
+        Some(g) => {
+            let message = match view.holders {
+                [_, _, ..] => {
+                    let all: Vec<String> = view
+                        .holders
+                        .iter()
+                        .map(|h| format!("{} with token {} (slot {})", h.name, h.token, h.slot))
+                        .collect();
+                    format!("held by {}", all.join(", "))
+                }
+                _ => format!("held by {} with token {}", g.name, g.token),
+            };
+            condition::set(&mut new.conditions, condition::HELD, true, reason::GRANTED, &message, gen_, now)
+        }
         None => condition::set(
             &mut new.conditions,
             condition::HELD,
@@ -827,6 +990,7 @@ fn status_digest(status: &DistributedLockStatus) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut s = status.clone();
     s.token_ceiling = 0;
+    s.slot_tokens.clear();
     s.conditions.retain(|c| c.type_ == condition::READY || c.type_ == condition::HELD);
     for c in &mut s.conditions {
         c.last_transition_time = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::UNIX_EPOCH);
@@ -836,7 +1000,9 @@ fn status_digest(status: &DistributedLockStatus) -> u64 {
     h.finish()
 }
 
-/// Merge-patches every status field except `tokenCeiling`, which only [`reserve_tokens`] moves.
+/// Applies every status field except `tokenCeiling` and `slotTokens`, which only
+/// [`reserve_tokens`] moves (by compare-and-swap: this apply has no precondition, and a stale
+/// one must not move a reservation back).
 /// Every apply is remembered in `ctx.status_written` (see [`write_status`]).
 async fn patch_status_view(
     api: &Api<DistributedLock>,
@@ -853,6 +1019,7 @@ async fn patch_status_view(
     let mut value = serde_json::to_value(&status).map_err(|_| Error::MissingField("status"))?;
     if let Some(obj) = value.as_object_mut() {
         obj.remove("tokenCeiling");
+        obj.remove("slotTokens");
     }
     let patch = json!({
         "apiVersion": "leasehold.dev/v1alpha1",
@@ -937,6 +1104,46 @@ mod tests {
         let mut d = a.clone();
         condition::set(&mut d.conditions, condition::READY, false, reason::RECONCILE_ERROR, "x", Some(1), t0);
         assert_ne!(status_digest(&a), status_digest(&d));
+    }
+
+    #[test]
+    fn a_semaphore_reservation_records_its_slot_in_the_same_patch_as_the_ceiling() {
+        let mut lock = DistributedLock::new("l", Default::default());
+        lock.metadata.resource_version = Some("41".into());
+        lock.status = Some(DistributedLockStatus { token_ceiling: 7, slot_tokens: vec![5], ..Default::default() });
+        let p = reservation_patch(&lock, 8, Some(2));
+        assert_eq!(
+            p,
+            json!({"metadata": {"resourceVersion": "41"}, "status": {"tokenCeiling": 8, "slotTokens": [5, 0, 8]}})
+        );
+        let p = reservation_patch(&lock, 9, Some(0));
+        assert_eq!(p["status"]["slotTokens"], json!([9]));
+        // A single-holder lock's block reservation leaves the slot list alone.
+        let p = reservation_patch(&lock, 1007, None);
+        assert_eq!(p, json!({"metadata": {"resourceVersion": "41"}, "status": {"tokenCeiling": 1007}}));
+    }
+
+    #[test]
+    fn a_pod_holder_reads_its_slot_from_its_annotation_missing_or_garbage_is_slot_0() {
+        let pod = |slot: Option<&str>| {
+            let mut ann = json!({LOCK_ANNOTATION: "l", GRANTED_LOCK_ANNOTATION: "l", TOKEN_ANNOTATION: "3"});
+            if let Some(s) = slot {
+                ann[SLOT_ANNOTATION] = json!(s);
+            }
+            let p: Pod = serde_json::from_value(json!({
+                "metadata": {"name": "p", "uid": "u", "creationTimestamp": "2026-12-02T00:00:00Z", "annotations": ann},
+            }))
+            .unwrap();
+            candidate_of_pod(&p, "l", false).unwrap().slot
+        };
+        assert_eq!((pod(Some("1")), pod(Some(" 3 ")), pod(None), pod(Some("x")), pod(Some("-1"))), (1, 3, 0, 0, 0));
+    }
+
+    #[test]
+    fn the_status_digest_ignores_slot_reservations() {
+        let a = DistributedLockStatus { highest_token: 3, ..Default::default() };
+        let b = DistributedLockStatus { slot_tokens: vec![1, 2], ..a.clone() };
+        assert_eq!(status_digest(&a), status_digest(&b));
     }
 
     #[test]

@@ -89,6 +89,15 @@ pub struct DistributedLockClaimStatus {
     /// Human-readable message.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// The semaphore slot of the grant (set with `Granted`; absent or 0: slot 0, the only slot of
+    /// a single-holder lock). The operator reads it back to know which slot the claim holds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slot: Option<u32>,
+    /// The Lease that records the grant and that the holder renews (set with `Granted`): the
+    /// lock's own Lease for slot 0, `<lock>-slot-<k>` for slot k of a semaphore. Absent (a grant
+    /// written before semaphores): the Lease named like the lock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_name: Option<String>,
     /// When `phase` last changed (set with `Granted`, `Rejected` and `Expired`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_transition_time: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,

@@ -27,6 +27,7 @@ pub const DEFAULT_NODE_LOSS_TIMEOUT_SECONDS: i32 = 300;
     status = "DistributedLockStatus",
     printcolumn = r#"{"name":"Holder","type":"string","jsonPath":".status.holder.name","description":"Pod (or identity) that holds the lock"}"#,
     printcolumn = r#"{"name":"Token","type":"integer","jsonPath":".status.holder.token","description":"Fencing token of the current grant"}"#,
+    printcolumn = r#"{"name":"Holders","type":"string","jsonPath":".status.occupancy","description":"A semaphore's holders out of spec.maxHolders, e.g. 2/2"}"#,
     printcolumn = r#"{"name":"Waiting","type":"integer","jsonPath":".status.waiting","description":"Number of waiters in the queue"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status","priority":1}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
@@ -37,6 +38,7 @@ pub const DEFAULT_NODE_LOSS_TIMEOUT_SECONDS: i32 = 300;
 // still caught at admission: the API server prunes unknown fields (structural schema) and
 // kubectl's default server-side field validation (`--validate=strict`) rejects them.
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("!has(oldSelf.maxHolders) || has(self.maxHolders)").message("maxHolders cannot be removed once set (set it to 1 instead): a semaphore issues fencing tokens differently from a plain lock"))]
 #[x_kube(validation = Rule::new("self.nodeLossTimeoutSeconds >= self.leaseDurationSeconds").message("nodeLossTimeoutSeconds must be at least leaseDurationSeconds (it is 300 when not set, so a lease longer than 300 s needs it set too): a holder's node cannot be declared lost faster than its lease could expire"))]
 pub struct DistributedLockSpec {
     /// Lease duration in seconds (1..=3600), written to the Lease's `spec.leaseDurationSeconds`.
@@ -57,6 +59,15 @@ pub struct DistributedLockSpec {
     #[serde(default = "default_node_loss_timeout")]
     #[schemars(range(min = 1, max = 86400))]
     pub node_loss_timeout_seconds: i32,
+
+    /// Makes the lock a semaphore: up to this many holders (1..=100) at once, granted in the
+    /// same FIFO order, each with a fencing token above every token whose grant finished before
+    /// (issue 14). Absent: a plain lock, one holder. Lowering it revokes nobody: the lock grants
+    /// again once fewer than the new number hold. Once set it cannot be removed (set 1 instead):
+    /// the two kinds issue tokens differently.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100))]
+    pub max_holders: Option<i32>,
 }
 
 impl Default for DistributedLockSpec {
@@ -65,6 +76,7 @@ impl Default for DistributedLockSpec {
             lease_duration_seconds: DEFAULT_LEASE_DURATION_SECONDS,
             start_timeout_seconds: DEFAULT_START_TIMEOUT_SECONDS,
             node_loss_timeout_seconds: DEFAULT_NODE_LOSS_TIMEOUT_SECONDS,
+            max_holders: None,
         }
     }
 }
@@ -94,6 +106,22 @@ pub struct DistributedLockStatus {
     /// never issued twice even when the Lease is deleted. Never decreases. Not for humans.
     #[serde(default)]
     pub token_ceiling: i64,
+    /// A semaphore's slot reservations: `slotTokens[k]` is the last fencing token reserved for a
+    /// grant in slot k (0: none). Written only by the same compare-and-swap that raises
+    /// `tokenCeiling` (resourceVersion precondition), so the operator that reserves next knows
+    /// which slot may still receive an earlier grant. Empty for a single-holder lock. Not for
+    /// humans.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub slot_tokens: Vec<i64>,
+    /// A semaphore's holders (`spec.maxHolders` set), one per slot in use, lowest slot first;
+    /// `holder` is the first of them. Empty for a single-holder lock.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub holders: Vec<SlotHolderStatus>,
+    /// A semaphore's holders out of its limit, as text for `kubectl get`: `"<holders>/<maxHolders>"`,
+    /// e.g. `"2/2"` (after `maxHolders` is lowered it can read `"2/1"` until holders finish).
+    /// Absent for a single-holder lock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub occupancy: Option<String>,
     /// Number of pods waiting for the lock.
     #[serde(default)]
     pub waiting: i32,
@@ -127,6 +155,22 @@ pub struct HolderStatus {
     /// When the grant was written (the Lease's `acquireTime`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub since: Option<Time>,
+}
+
+/// One holder of a semaphore (`status.holders`).
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SlotHolderStatus {
+    /// Pod name or claim identity (the slot Lease's `holderIdentity`).
+    pub name: String,
+    /// Pod or claim UID.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
+    /// Fencing token of this grant.
+    pub token: i64,
+    /// The slot (0 ..= 99) whose Lease records the grant: slot 0 is the Lease named like the lock,
+    /// slot k >= 1 the Lease `<lock>-slot-<k>`.
+    pub slot: u32,
 }
 
 #[cfg(test)]

@@ -175,8 +175,10 @@ struct Timers {
 /// - a waiter with `on-busy: skip` finds the lock busy only when every slot it may grant holds,
 ///   and skip and max-wait waiters are answered at lock level when no slot may serve them.
 ///
-/// Model-checked (README, "What the model checker proves"), but not served by the controller
-/// yet: it passes `max_holders: None` and no slot reservations.
+/// Model-checked (README, "What the model checker proves"). The controller
+/// (`controller::distributed_lock`) serves it: `max_holders` from `spec.maxHolders`, slot k's
+/// Lease named `<lock>-slot-<k>` (`lease::slot_lease_name`), `slot_tokens` from
+/// `status.slotTokens`, written by the reservation's own compare-and-swap.
 ///
 /// # Errors
 /// [`TokenExhausted`] when the next token would not fit in an `int64`.
@@ -281,32 +283,54 @@ pub fn step(snapshot: &Snapshot, now: Duration, clocks: &Clocks) -> Result<Step,
             h.slot = k;
         }
         let mut reserves_for = None;
+        // Above every token in view (any slot's Lease and floor, any candidate, the highest
+        // issued): the slot's own decision saw only its slot.
+        let seen = candidates
+            .iter()
+            .filter_map(|c| c.token)
+            .chain((0..slots).filter_map(|j| snapshot.slot(j).0.map(|l| l.token.max(l.floor))))
+            .chain([snapshot.highest_token])
+            .max()
+            .unwrap_or(0);
+        // A grant to a waiter takes only the token this step itself reserved for this slot, by
+        // one compare-and-swap that also recorded the slot (every other reservation then sees
+        // this grant coming); otherwise it reserves that token first.
+        let mut exact = |wanted: i64| -> Result<Option<i64>, TokenExhausted> {
+            let wanted = wanted.max(seen.saturating_add(1));
+            if mine(k) && reserved(k) >= wanted {
+                return Ok(Some(reserved(k)));
+            }
+            reserves_for = Some(k);
+            Ok(None)
+        };
+        let per_slot = |wanted: i64| -> Result<Decision, TokenExhausted> {
+            let wanted = wanted.max(seen.saturating_add(1));
+            Ok(Decision::Reserve { from: snapshot.ceiling, to: fencing::reserve_one(snapshot.ceiling, wanted)? })
+        };
+        let is_waiter = |g: &Grant| view.iter().any(|c| c.uid == g.uid && c.is_waiter());
         let decision = match plan.decision {
-            Decision::UpdateLease { holder: Some(mut g), released, floor } => {
-                // Above every token in view (any slot's Lease, any candidate): the slot's own
-                // decision saw only its slot.
-                let seen = candidates
-                    .iter()
-                    .filter_map(|c| c.token)
-                    .chain((0..slots).filter_map(|j| snapshot.slot(j).0.map(|l| l.token)))
-                    .max()
-                    .unwrap_or(0);
-                let wanted = g.token.max(seen.saturating_add(1));
-                // Only the token this step itself reserved for this slot, by one compare-and-swap
-                // that also recorded the slot: every other reservation sees this grant coming.
-                match Some(reserved(k)).filter(|t| mine(k) && *t >= wanted) {
+            Decision::UpdateLease { holder: Some(mut g), released, floor } => match exact(g.token)? {
+                Some(token) => {
+                    (g.token, g.slot) = (token, k);
+                    Decision::UpdateLease { holder: Some(g), released, floor }
+                }
+                None => per_slot(g.token)?,
+            },
+            // The slot's first grant creates its Lease: the same exact token.
+            Decision::CreateLease { holder: Some(mut g), floor } if !in_flight && is_waiter(&g) => {
+                match exact(g.token)? {
                     Some(token) => {
                         (g.token, g.slot) = (token, k);
-                        Decision::UpdateLease { holder: Some(g), released, floor }
+                        Decision::CreateLease { holder: Some(g), floor }
                     }
-                    None => {
-                        reserves_for = Some(k);
-                        Decision::Reserve {
-                            from: snapshot.ceiling,
-                            to: fencing::reserve_one(snapshot.ceiling, wanted)?,
-                        }
-                    }
+                    None => per_slot(g.token)?,
                 }
+            }
+            // The slot's decision wants a fresh reservation before it grants (a block, in the
+            // single-holder way): a semaphore reserves exactly the token it will grant instead.
+            Decision::Reserve { .. } if may_grant && view.iter().any(Candidate::is_waiter) => {
+                exact(0)?;
+                per_slot(0)?
             }
             // A grant reserved for this slot by another step may still land: fence it off with
             // a Lease write (its compare-and-swap fails once this lands) that raises the floor to

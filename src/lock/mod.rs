@@ -15,6 +15,10 @@ pub const SCHEDULING_GATE: &str = "leasehold.dev/lock";
 pub const TOKEN_ANNOTATION: &str = "leasehold.dev/fencing-token";
 /// Annotation the operator sets on a granted pod: the lock the grant (and its token) is for.
 pub const GRANTED_LOCK_ANNOTATION: &str = "leasehold.dev/granted-lock";
+/// Annotation the operator sets on a granted pod, beside the token: the decimal number of the
+/// semaphore slot whose Lease records the grant (`"0"` for a single-holder lock; see
+/// [`grant::Candidate::slot`]). Missing or unreadable reads as slot 0.
+pub const SLOT_ANNOTATION: &str = "leasehold.dev/slot";
 /// Lease annotation: UID of the holder pod, so a new pod with the same name is not the holder.
 pub const HOLDER_UID_ANNOTATION: &str = "leasehold.dev/holder-uid";
 /// Lease annotation: the holder's kind, `Pod` or `Claim` (missing: `Pod`, as Leases written
