@@ -58,7 +58,7 @@ async fn gated_pods_get_the_lock_one_at_a_time_in_order_with_increasing_tokens()
             .iter()
             .filter(|e| e.reason.as_deref() == Some(reason))
             .filter(|e| e.regarding.as_ref().and_then(|r| r.kind.as_deref()) == Some("DistributedLock"))
-            // The recorder folds repeats of one event into a series with a count.
+            // A repeated Warning is folded into a series with a count; a Normal Event never is.
             .map(|e| e.series.as_ref().map_or(1, |s| s.count))
             .sum::<i32>()
     };
@@ -179,6 +179,40 @@ async fn claim_naming_a_missing_lock_waits_with_a_warning_and_is_granted_once_it
         claims.get("early").await.ok().and_then(|c| c.status?.phase) == Some(ClaimPhase::Granted)
     })
     .await;
+    ns.cleanup().await;
+}
+
+/// Two waiters turned away from one lock (`on-busy: skip` while it is held) give two Events on
+/// the lock, each naming its own pod. kube-runtime's `Recorder` folded the second into the first
+/// one's series and kept the first note, so the lock said twice that `skip-1` was turned away.
+#[tokio::test]
+async fn each_waiter_turned_away_from_a_lock_gets_its_own_event_on_the_lock() {
+    let mut ns = TestNs::new("rejections").await;
+    ns.create_lock("l", json!({})).await;
+    ns.start_operator(&[]);
+    ns.create_gated_pod("holder", "l", "600s").await;
+    wait_pod(&ns, "holder", "granted", |p| !is_gated(p)).await;
+    for name in ["skip-1", "skip-2"] {
+        let mut p = gated_pod(name, "l", "1s");
+        p.metadata.annotations.get_or_insert_default().insert("leasehold.dev/on-busy".into(), "skip".into());
+        ns.create_pod(p).await;
+        wait_pod(&ns, name, "turned away", |p| phase(p) == "Failed").await;
+    }
+    let events = ns.api::<Event>();
+    let notes = || async {
+        let list = events.list(&ListParams::default()).await.unwrap().items;
+        list.into_iter()
+            .filter(|e| e.reason.as_deref() == Some("LockBusy"))
+            .filter(|e| e.regarding.as_ref().and_then(|r| r.kind.as_deref()) == Some("DistributedLock"))
+            .map(|e| e.note.unwrap_or_default())
+            .collect::<Vec<_>>()
+    };
+    wait_until("an Event on the lock for each waiter turned away", WAIT, || async {
+        let n = notes().await;
+        n.iter().any(|n| n.starts_with("skip-1:")) && n.iter().any(|n| n.starts_with("skip-2:"))
+    })
+    .await;
+    assert_eq!(notes().await.len(), 2, "{:?}", notes().await);
     ns.cleanup().await;
 }
 

@@ -48,8 +48,16 @@ pub struct Context {
     pub nodes: Store<Node>,
     /// The served namespaces, to stop granting in one that is being deleted.
     pub namespaces: Store<Namespace>,
-    /// Event recorder.
+    /// Event recorder for Warning Events. kube-runtime's `Recorder` (kube-runtime 5.0,
+    /// `events.rs`) keeps every Event it published in the last 6 minutes (`CACHE_TTL`), keyed by
+    /// type, reason, action, reporter, regarding and related object but not the note, so that a
+    /// repeat is patched into the first Event's series (count, last time; the note stays the
+    /// first one). Entries go only when a later Event is published, and the table never shrinks.
+    /// Only Warnings go through it (see [`Context::event_related`]).
     pub recorder: Recorder,
+    /// Who reports the Events (controller [`CONTROLLER_NAME`], instance `--instance`), for the
+    /// one-Event `Recorder` that publishes each Normal Event ([`Context::event_related`]).
+    pub reporter: Reporter,
     /// Metrics.
     pub metrics: Arc<Metrics>,
     /// Outcomes of the protocol writes, for `/readyz` ([`crate::health`]).
@@ -125,6 +133,18 @@ impl Context {
     /// Publishes an Event about `reference` that also names `related` (a pod, for grants and
     /// releases on a lock). Events with different `related` objects are not folded into one
     /// series, so every grant keeps its own note (holder and token).
+    ///
+    /// A Normal Event goes through a new `Recorder` with an empty cache, dropped after it: it is
+    /// always created as a new Event, never patched into a series, and nothing of it stays in
+    /// memory. The operator publishes its Normal Events once per holder (`Granted`,
+    /// `LockGranted`, `Released`, `Waiting`, a rejection) or once per workload (`LockCreated`),
+    /// so the shared cache never folded them, except a lock's rejection Events, which it folded
+    /// into a series that kept the first rejected waiter's note. In the held scenario of issue
+    /// 12 the shared cache held about 2,100 such Events (6.5 MiB of heap, heap profile
+    /// `benches/results/2026-12-02-a82d5ac-held-heap-profile.md`). A Warning goes through the
+    /// shared [`Context::recorder`]: a Warning can repeat (`RollingUpdateDeadlock` at every
+    /// reconcile of a deadlocked workload), and a repeat within 6 minutes is one Event with a
+    /// count instead of one Event per repeat.
     pub async fn event_related(
         &self,
         reference: &ObjectReference,
@@ -135,7 +155,13 @@ impl Context {
         action: &str,
     ) {
         let ev = Event { type_, reason: reason.into(), note: Some(note), action: action.into(), secondary: related };
-        if let Err(e) = self.recorder.publish(&ev, reference).await {
+        let published = match type_ {
+            EventType::Normal => {
+                Recorder::new(self.client.clone(), self.reporter.clone()).publish(&ev, reference).await
+            }
+            EventType::Warning => self.recorder.publish(&ev, reference).await,
+        };
+        if let Err(e) = published {
             tracing::warn!(error = %e, reason, "failed to publish event");
         }
     }
@@ -352,7 +378,8 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
         nodes: nodes.clone(),
         namespaces: namespaces.clone(),
         claims: claims.clone(),
-        recorder: Recorder::new(client.clone(), reporter),
+        recorder: Recorder::new(client.clone(), reporter.clone()),
+        reporter,
         metrics: metrics.clone(),
         writes,
         clocks: Mutex::default(),
