@@ -1634,17 +1634,7 @@ fn semaphore_two_operators_lagging_caches() {
 /// the waiter until neither holds (a grant reserved under the new limit is checked against it).
 #[test]
 fn lowering_max_holders_revokes_nobody_and_grants_nothing_until_below_the_limit() {
-    let cfg = Config {
-        pods: 3,
-        restarts: 0,
-        faults: 0,
-        start_held: true,
-        start_held_slots: 2,
-        max_holders: Some(2),
-        change_max_holders: Some(1),
-        ..Config::BASE
-    };
-    assert_safe("semaphore-lowered", cfg, 9, &[CHANGED_GRANT]);
+    assert_safe("semaphore-lowered", LOWERED, 9, &[CHANGED_GRANT]);
 }
 
 /// Turning a single-holder lock into a semaphore (`maxHolders: 2` set while its one holder

@@ -294,42 +294,39 @@ pub fn step(snapshot: &Snapshot, now: Duration, clocks: &Clocks) -> Result<Step,
             .unwrap_or(0);
         // A grant to a waiter takes only the token this step itself reserved for this slot, by
         // one compare-and-swap that also recorded the slot (every other reservation then sees
-        // this grant coming); otherwise it reserves that token first.
-        let mut exact = |wanted: i64| -> Result<Option<i64>, TokenExhausted> {
-            let wanted = wanted.max(seen.saturating_add(1));
-            if mine(k) && reserved(k) >= wanted {
-                return Ok(Some(reserved(k)));
-            }
-            reserves_for = Some(k);
-            Ok(None)
-        };
-        let per_slot = |wanted: i64| -> Result<Decision, TokenExhausted> {
-            let wanted = wanted.max(seen.saturating_add(1));
-            Ok(Decision::Reserve { from: snapshot.ceiling, to: fencing::reserve_one(snapshot.ceiling, wanted)? })
+        // this grant coming); otherwise it reserves that token first, for this slot.
+        let wanted = |token: i64| token.max(seen.saturating_add(1));
+        let own = |token: i64| (mine(k) && reserved(k) >= wanted(token)).then(|| reserved(k));
+        let per_slot = |token: i64| -> Result<Decision, TokenExhausted> {
+            Ok(Decision::Reserve { from: snapshot.ceiling, to: fencing::reserve_one(snapshot.ceiling, wanted(token))? })
         };
         let is_waiter = |g: &Grant| view.iter().any(|c| c.uid == g.uid && c.is_waiter());
         let decision = match plan.decision {
-            Decision::UpdateLease { holder: Some(mut g), released, floor } => match exact(g.token)? {
+            Decision::UpdateLease { holder: Some(mut g), released, floor } => match own(g.token) {
                 Some(token) => {
                     (g.token, g.slot) = (token, k);
                     Decision::UpdateLease { holder: Some(g), released, floor }
                 }
-                None => per_slot(g.token)?,
+                None => {
+                    reserves_for = Some(k);
+                    per_slot(g.token)?
+                }
             },
             // The slot's first grant creates its Lease: the same exact token.
-            Decision::CreateLease { holder: Some(mut g), floor } if !in_flight && is_waiter(&g) => {
-                match exact(g.token)? {
-                    Some(token) => {
-                        (g.token, g.slot) = (token, k);
-                        Decision::CreateLease { holder: Some(g), floor }
-                    }
-                    None => per_slot(g.token)?,
+            Decision::CreateLease { holder: Some(mut g), floor } if !in_flight && is_waiter(&g) => match own(g.token) {
+                Some(token) => {
+                    (g.token, g.slot) = (token, k);
+                    Decision::CreateLease { holder: Some(g), floor }
                 }
-            }
+                None => {
+                    reserves_for = Some(k);
+                    per_slot(g.token)?
+                }
+            },
             // The slot's decision wants a fresh reservation before it grants (a block, in the
             // single-holder way): a semaphore reserves exactly the token it will grant instead.
             Decision::Reserve { .. } if may_grant && view.iter().any(Candidate::is_waiter) => {
-                exact(0)?;
+                reserves_for = own(0).is_none().then_some(k);
                 per_slot(0)?
             }
             // A grant reserved for this slot by another step may still land: fence it off with
