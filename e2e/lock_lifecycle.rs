@@ -161,15 +161,7 @@ async fn claim_naming_a_missing_lock_waits_with_a_warning_and_is_granted_once_it
     }))
     .unwrap();
     claims.create(&PostParams::default(), &claim).await.unwrap();
-    let events = ns.api::<Event>();
-    let warning = || async {
-        events.list(&ListParams::default()).await.unwrap().items.into_iter().find(|e| {
-            e.reason.as_deref() == Some("LockNotFound")
-                && e.regarding.as_ref().is_some_and(|r| r.kind.as_deref() == Some("DistributedLockClaim"))
-        })
-    };
-    wait_until("LockNotFound event on the claim", WAIT, || async { warning().await.is_some() }).await;
-    let e = warning().await.unwrap();
+    let e = ns.wait_event("DistributedLockClaim", "LockNotFound").await;
     assert_eq!(e.type_.as_deref(), Some("Warning"));
     let note = e.note.unwrap_or_default();
     assert!(note.contains("DistributedLock later does not exist"), "{note}");

@@ -218,7 +218,6 @@ async fn removing_the_annotation_removes_the_claim_and_the_owned_lock() {
 /// Event on the CronJob; the lock gets no ownerReference, so deleting the CronJob keeps it.
 #[tokio::test]
 async fn a_singleton_whose_lock_name_is_taken_shares_it_and_says_so() {
-    use k8s_openapi::api::events::v1::Event;
     let mut ns = TestNs::new("sharedname").await;
     ns.create_lock("report", json!({})).await;
     ns.start_operator(&[]);
@@ -227,15 +226,7 @@ async fn a_singleton_whose_lock_name_is_taken_shares_it_and_says_so() {
         .await
         .unwrap();
     wait_claimed(&ns, "report").await;
-    let events = ns.api::<Event>();
-    let warned = || async {
-        events.list(&ListParams::default()).await.unwrap().items.into_iter().find(|e| {
-            e.reason.as_deref() == Some("LockNotOwned")
-                && e.regarding.as_ref().is_some_and(|r| r.kind.as_deref() == Some("CronJob"))
-        })
-    };
-    wait_until("a LockNotOwned Event on the CronJob", WAIT, || async { warned().await.is_some() }).await;
-    let e = warned().await.unwrap();
+    let e = ns.wait_event("CronJob", "LockNotOwned").await;
     assert_eq!(e.type_.as_deref(), Some("Warning"));
     let note = e.note.unwrap_or_default();
     assert!(note.contains("DistributedLock report already exists and was not created for CronJob report"), "{note}");

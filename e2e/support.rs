@@ -167,6 +167,20 @@ impl TestNs {
         self.operators[idx].child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)))
     }
 
+    /// Waits (at most `WAIT`) for an Event in this namespace with reason `reason` about an object
+    /// of kind `kind` (its `regarding`), and returns the first such Event.
+    pub async fn wait_event(&self, kind: &str, reason: &str) -> k8s_openapi::api::events::v1::Event {
+        let events = self.api::<k8s_openapi::api::events::v1::Event>();
+        let find = || async {
+            events.list(&Default::default()).await.unwrap().items.into_iter().find(|e| {
+                e.reason.as_deref() == Some(reason)
+                    && e.regarding.as_ref().is_some_and(|r| r.kind.as_deref() == Some(kind))
+            })
+        };
+        wait_until(&format!("a {reason} Event on a {kind}"), WAIT, || async { find().await.is_some() }).await;
+        find().await.unwrap()
+    }
+
     /// Creates a lock with the given spec.
     pub async fn create_lock(&self, name: &str, spec: serde_json::Value) -> DistributedLock {
         let lock: DistributedLock = serde_json::from_value(json!({
