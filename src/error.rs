@@ -31,6 +31,10 @@ pub enum Error {
     /// An object lacked a field the API server always sets (name, namespace, uid).
     #[error("object has no {0}")]
     MissingField(&'static str),
+    /// The state machine asked for a write this controller does not serve yet (the multi-lock
+    /// decisions: the controller builds no multi-lock candidate yet, so this is never expected).
+    #[error("the {0} decision is not served by this operator version")]
+    NotServed(&'static str),
 }
 
 /// `Result` with [`Error`].
@@ -47,6 +51,7 @@ impl Error {
             Error::LeaseNotOwned(_) => "LeaseNotOwned",
             Error::Token(_) => "TokenExhausted",
             Error::MissingField(_) => "MalformedObject",
+            Error::NotServed(_) => "NotServed",
         }
     }
 

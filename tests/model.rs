@@ -603,6 +603,7 @@ fn snapshot(view: &View, fresh_reservation: Option<i64>, cfg: &Config) -> Snapsh
             max_wait,
             waiting_for: None,
             slot: if cfg.bug == Some(Bug::IgnoreSlot) { 0 } else { u32::from(p.slot) },
+            multi: None,
         });
     }
     for (i, c) in view.claims.iter().enumerate() {
@@ -632,6 +633,7 @@ fn snapshot(view: &View, fresh_reservation: Option<i64>, cfg: &Config) -> Snapsh
             max_wait,
             waiting_for: None,
             slot: if cfg.bug == Some(Bug::IgnoreSlot) { 0 } else { u32::from(c.slot) },
+            multi: None,
         });
     }
     let lease_view = |l: &LeaseObj| LeaseView {
@@ -819,6 +821,8 @@ impl World {
             Decision::UpdateLease { holder, floor, .. } => self.cas_lease(slot, &mut view, holder.as_ref(), floor, bug),
             Decision::RepairLease { holder, floor } => self.cas_lease(slot, &mut view, Some(&holder), floor, bug),
             Decision::PatchHolder(g) => self.patch_holder(&mut view, &g, bug),
+            // Multi-lock decisions need a multi-lock candidate: tests/multilock.rs models them.
+            Decision::RecordTentative(_) | Decision::Withdraw(_) => unreachable!("no multi-lock candidate here"),
             Decision::DeletePod { name, uid } => {
                 // Graceful deletion with a UID precondition: the object answered (deleting) is
                 // folded in; not found / another UID: the candidate is dropped from the view.

@@ -32,6 +32,7 @@ fn pod(name: &str, created: i64, slot: u32, token: Option<i64>) -> Candidate {
         max_wait: None,
         waiting_for: None,
         slot,
+        multi: None,
     }
 }
 

@@ -255,6 +255,10 @@ async fn reconcile_lock(lock: Arc<DistributedLock>, ctx: Arc<Context>, started: 
                 let lease_rv = leases[slot as usize].as_ref().and_then(|l| l.metadata.resource_version.clone());
                 snapshot.absorb_candidate(patch_holder(&ctx, &ns, &lock, &g, lease_rv).await?);
             }
+            // Multi-lock decisions (issue 14) arise only for candidates with `multi` set, which
+            // this controller does not build yet (docs/multi-lock.md).
+            Decision::RecordTentative(_) => return Err(Error::NotServed("RecordTentative")),
+            Decision::Withdraw(_) => return Err(Error::NotServed("Withdraw")),
             Decision::DeletePod { name: pod_name, uid } => {
                 let dp = DeleteParams {
                     preconditions: Some(Preconditions { uid: Some(uid.clone()), resource_version: None }),
@@ -487,6 +491,7 @@ pub fn candidate_of_pod(p: &Pod, lock: &str, node_lost: bool) -> Option<Candidat
         max_wait: policy::parse_max_wait(ann(policy::MAX_WAIT_ANNOTATION)).unwrap_or_default(),
         waiting_for: None,
         slot: ann(SLOT_ANNOTATION).and_then(|v| v.trim().parse().ok()).unwrap_or(0),
+        multi: None,
     })
 }
 
@@ -521,6 +526,7 @@ pub fn candidate_of_claim(c: &DistributedLockClaim) -> Option<Candidate> {
         max_wait: c.spec.max_wait_seconds.filter(|s| *s > 0).map(|s| Duration::from_secs(s as u64)),
         waiting_for: None,
         slot: status.slot.unwrap_or(0),
+        multi: None,
     })
 }
 

@@ -117,6 +117,29 @@ pub struct Candidate {
     /// of a single-holder lock, and of locks from before semaphores, is slot 0). Meaningless
     /// while the candidate waits.
     pub slot: u32,
+    /// `Some` for a pod that asks for several locks at once (`leasehold.dev/locks`, issue 14;
+    /// design in `docs/multi-lock.md`): what its pod records about the rest of its lock set.
+    /// `None` for a pod or claim that asks for this lock alone. With `Some`, [`Candidate::token`]
+    /// is this lock's own token annotation.
+    pub multi: Option<MultiLock>,
+}
+
+/// What a multi-lock pod (issue 14) records about its lock set, read from its annotations. The
+/// pod is the commit point of an all-or-nothing grant: each lock names the pod in its Lease
+/// *tentatively* (the pod stays gated), records that token on the pod, and the pod is ungated
+/// only by a patch (resourceVersion precondition) of a version that records a token for every
+/// lock of its set. A tentative grant is taken back by first recording it as withdrawn on the
+/// pod (same precondition), then moving the Lease; so a version of the pod that records a token
+/// for a lock always has that lock's Lease naming it with that token.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct MultiLock {
+    /// The highest token of this lock taken back from the pod (`<lock>.locks.leasehold.dev/withdrawn`;
+    /// 0 when none): a Lease that names the pod with a token at or below it was taken back, and
+    /// its move to the next waiter may still be pending. No token at or below it is recorded again.
+    pub withdrawn: i64,
+    /// Every *other* lock of its set has a token recorded on the pod: once this lock's is
+    /// recorded too, the pod may run.
+    pub others_recorded: bool,
 }
 
 impl Candidate {
@@ -241,6 +264,9 @@ pub enum ReleaseReason {
     NodeLost,
     /// A claim holder did not renew the Lease within `leaseDurationSeconds`.
     Expired,
+    /// A tentative grant to a gated multi-lock pod was taken back (an older waiter queues for
+    /// this lock, wound-wait: `docs/multi-lock.md`). The pod never ran with it.
+    Withdrawn,
 }
 
 impl ReleaseReason {
@@ -253,6 +279,7 @@ impl ReleaseReason {
             ReleaseReason::DeletedBeforeStart => "HolderDeletedBeforeStart",
             ReleaseReason::NodeLost => "HolderNodeLost",
             ReleaseReason::Expired => "HolderLeaseExpired",
+            ReleaseReason::Withdrawn => "HolderWithdrawn",
         }
     }
 }
@@ -334,7 +361,20 @@ pub enum Decision {
     /// The Lease names this grant but the holder does not show it yet: patch the pod (remove the
     /// gate, set the token annotation) or the claim's status (phase Granted, token). Happens after
     /// every Lease write of a grant, and after a crash between the two writes.
+    ///
+    /// For a multi-lock pod ([`Candidate::multi`]) it records this lock's token annotation and
+    /// removes the gate, in one patch, decided only when every other lock's token is recorded.
     PatchHolder(Grant),
+    /// The Lease names a gated multi-lock pod ([`Candidate::multi`]) that still misses other
+    /// locks of its set: record this lock's token annotation on the pod and keep the gate (UID
+    /// and resourceVersion preconditions). The pod runs once all its locks are recorded.
+    RecordTentative(Grant),
+    /// The Lease tentatively names a gated multi-lock pod that is no longer the head of this
+    /// lock's queue (an older waiter arrived, or was seen late): patch the pod (UID and
+    /// resourceVersion preconditions, still gated) to drop this lock's token annotation and
+    /// record the token as withdrawn ([`MultiLock::withdrawn`]). The next step moves the Lease to
+    /// the head ([`ReleaseReason::Withdrawn`]). The pod has not run, so nothing is revoked.
+    Withdraw(Grant),
     /// The Lease disagrees with a running holder (hand-edited, or the holder pod's annotation
     /// changed): compare-and-swap it back to name `holder` with its own token. No pod is patched.
     RepairLease {
@@ -376,6 +416,8 @@ enum HolderState {
     Free,
     Holds(Grant),
     NeedsPatch(Grant),
+    Record(Grant),
+    Withdraw(Grant),
     StartTimedOut(Grant),
     Released(Release),
 }
@@ -425,11 +467,17 @@ pub fn decide(obs: &Observation<'_>) -> Result<Plan, TokenExhausted> {
         return Ok(Plan { decision, holder: None, waiters: names(&waiters) });
     }
 
-    let released = match holder_state(obs, lease, !waiters.is_empty()) {
+    let released = match holder_state(obs, lease, &waiters) {
         HolderState::Free => None,
         HolderState::Released(r) => Some(r),
         HolderState::NeedsPatch(g) => {
             return Ok(holding(g.clone(), Decision::PatchHolder(g), waiters));
+        }
+        HolderState::Record(g) => {
+            return Ok(holding(g.clone(), Decision::RecordTentative(g), waiters));
+        }
+        HolderState::Withdraw(g) => {
+            return Ok(holding(g.clone(), Decision::Withdraw(g), waiters));
         }
         HolderState::StartTimedOut(g) => {
             let decision = Decision::DeletePod { name: g.name.clone(), uid: g.uid.clone() };
@@ -548,7 +596,8 @@ fn repair(obs: &Observation<'_>, lease: &LeaseView) -> Result<Option<Decision>, 
     Ok(Some(Decision::RepairLease { holder: grant_for(target, token), floor }))
 }
 
-fn holder_state(obs: &Observation<'_>, lease: &LeaseView, has_waiters: bool) -> HolderState {
+fn holder_state(obs: &Observation<'_>, lease: &LeaseView, queue: &[&Candidate]) -> HolderState {
+    let has_waiters = !queue.is_empty();
     let Some(h) = &lease.holder else { return HolderState::Free };
     let release = |reason| HolderState::Released(Release { name: h.name.clone(), token: lease.token, reason });
     let found = obs.pods.iter().find(|p| p.identity == h.name && Some(&p.uid) == h.uid.as_ref());
@@ -580,6 +629,24 @@ fn holder_state(obs: &Observation<'_>, lease: &LeaseView, has_waiters: bool) -> 
         return release(ReleaseReason::DeletedBeforeStart);
     }
     let g = grant_for(c, lease.token);
+    // A multi-lock pod named while gated holds tentatively (wound-wait, docs/multi-lock.md):
+    // taken back once withdrawn, or when an older waiter queues for this lock; ungated only once
+    // every lock of its set is recorded on the pod.
+    if let (Some(m), true) = (&c.multi, c.gated) {
+        if lease.token <= m.withdrawn {
+            return release(ReleaseReason::Withdrawn);
+        }
+        if queue.first().is_some_and(|head| head.uid != c.uid) {
+            return HolderState::Withdraw(g);
+        }
+        if m.others_recorded {
+            return HolderState::NeedsPatch(g);
+        }
+        if c.token != Some(lease.token) {
+            return HolderState::Record(g);
+        }
+        return HolderState::Holds(g);
+    }
     if c.kind == HolderKind::Claim
         && !c.gated
         && obs.holder_renewed_ago.is_some_and(|d| d >= obs.settings.lease_duration)

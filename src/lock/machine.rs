@@ -353,6 +353,8 @@ pub fn step(snapshot: &Snapshot, now: Duration, clocks: &Clocks) -> Result<Step,
                 Decision::RepairLease { holder: Grant { slot: k, ..holder }, floor }
             }
             Decision::PatchHolder(g) => Decision::PatchHolder(Grant { slot: k, ..g }),
+            Decision::RecordTentative(g) => Decision::RecordTentative(Grant { slot: k, ..g }),
+            Decision::Withdraw(g) => Decision::Withdraw(Grant { slot: k, ..g }),
             other => other,
         };
         plan.decision = decision;
@@ -419,17 +421,19 @@ fn time_holder(
         lease_holder.and_then(|h| candidates.iter().find(|c| c.identity == h.name && Some(&c.uid) == h.uid.as_ref()));
     // A claim holder whose claim object is gone is still timed: it holds until its lease expires.
     let orphan = lease_holder.filter(|h| found.is_none() && h.kind == HolderKind::Claim);
-    let holder = found.map(|c| (c.uid.as_str(), c.kind, c.phase, c.node_name.as_ref(), c.node_lost)).or_else(|| {
-        orphan.map(|h| (h.uid.as_deref().unwrap_or_default(), HolderKind::Claim, Phase::Running, None, false))
-    });
+    let holder =
+        found.map(|c| (c.uid.as_str(), c.kind, c.phase, c.node_name.as_ref(), c.node_lost, c.gated)).or_else(|| {
+            orphan
+                .map(|h| (h.uid.as_deref().unwrap_or_default(), HolderKind::Claim, Phase::Running, None, false, false))
+        });
     let mut t = Timers::default();
-    let Some((uid, kind, phase, node_name, node_lost)) = holder else {
+    let Some((uid, kind, phase, node_name, node_lost, gated)) = holder else {
         clocks.holder = None;
         clocks.node_lost_since.clear();
         return t;
     };
     let marker = marker.cloned();
-    let clock = match clocks.holder.take() {
+    let mut clock = match clocks.holder.take() {
         Some(mut c) if c.uid == uid => {
             if c.renew_marker != marker {
                 c.renew_marker = marker;
@@ -440,6 +444,12 @@ fn time_holder(
         _ => HolderClock { uid: uid.to_string(), renew_marker: marker, since: now, renewed_at: now },
     };
     match kind {
+        // The start timeout runs from when the pod was first seen ungated: a multi-lock pod may
+        // stay gated, tentatively named, for as long as its other locks are busy.
+        HolderKind::Pod if gated => {
+            clock.since = now;
+            clocks.node_lost_since.clear();
+        }
         HolderKind::Pod => {
             t.pending_for = (phase == Phase::Pending).then(|| now.saturating_sub(clock.since));
             match (node_name, node_lost) {
@@ -504,6 +514,7 @@ pub(crate) fn test_claim(name: &str, created: i64, token: Option<i64>) -> Candid
         max_wait: None,
         waiting_for: None,
         slot: 0,
+        multi: None,
     }
 }
 

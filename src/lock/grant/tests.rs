@@ -25,6 +25,7 @@ fn pod(name: &str, created: i64) -> Candidate {
         max_wait: None,
         waiting_for: None,
         slot: 0,
+        multi: None,
     }
 }
 
@@ -451,4 +452,61 @@ fn the_next_token_is_above_every_token_in_view() {
     let l = lease(None, 2);
     let d = decide(&obs(Some(&l), &pods)).unwrap().decision;
     assert_eq!(d, Decision::UpdateLease { holder: granted("w", 8), released: None, floor: None });
+}
+
+/// A gated pod that wants several locks (issue 14), as this lock sees it: `token` is this lock's
+/// recorded token, `others` whether every other lock of its set is recorded on the pod.
+fn multi(name: &str, created: i64, token: Option<i64>, withdrawn: i64, others: bool) -> Candidate {
+    Candidate { token, multi: Some(MultiLock { withdrawn, others_recorded: others }), ..pod(name, created) }
+}
+
+#[test]
+fn a_multi_lock_pod_named_tentatively_records_the_token_and_stays_gated() {
+    let l = lease(Some("m"), 4);
+    let pods = [multi("m", 1, None, 0, false), pod("late", 2)];
+    let plan = decide(&obs(Some(&l), &pods)).unwrap();
+    assert_eq!(plan.decision, Decision::RecordTentative(granted("m", 4).unwrap()));
+    assert_eq!(plan.holder, granted("m", 4), "the lock is taken: the waiter behind it stays queued");
+    // Recorded: nothing to write until the other locks are recorded too.
+    let pods = [multi("m", 1, Some(4), 0, false), pod("late", 2)];
+    assert!(matches!(decide(&obs(Some(&l), &pods)).unwrap().decision, Decision::Idle { .. }));
+}
+
+#[test]
+fn a_multi_lock_pod_is_ungated_once_every_other_lock_is_recorded() {
+    let l = lease(Some("m"), 4);
+    for token in [None, Some(4)] {
+        let pods = [multi("m", 1, token, 0, true)];
+        assert_eq!(decide(&obs(Some(&l), &pods)).unwrap().decision, Decision::PatchHolder(granted("m", 4).unwrap()));
+    }
+}
+
+#[test]
+fn a_tentative_grant_is_withdrawn_on_the_pod_when_an_older_waiter_queues() {
+    let l = lease(Some("m"), 4);
+    // "older" was created in the same second, with a name that sorts first.
+    let pods = [multi("m", 1, Some(4), 0, false), pod("aa-older", 1)];
+    assert_eq!(decide(&obs(Some(&l), &pods)).unwrap().decision, Decision::Withdraw(granted("m", 4).unwrap()));
+    // Also when every other lock is recorded: it has not run, and the older waiter goes first.
+    let pods = [multi("m", 1, Some(4), 0, true), pod("aa-older", 1)];
+    assert_eq!(decide(&obs(Some(&l), &pods)).unwrap().decision, Decision::Withdraw(granted("m", 4).unwrap()));
+}
+
+#[test]
+fn a_withdrawn_grant_moves_the_lease_to_the_head_with_a_higher_token() {
+    let l = lease(Some("m"), 4);
+    let pods = [multi("m", 1, None, 4, false), pod("aa-older", 1)];
+    match decide(&obs(Some(&l), &pods)).unwrap().decision {
+        Decision::UpdateLease { holder: Some(g), released: Some(r), .. } => {
+            assert_eq!((g.name.as_str(), g.token), ("aa-older", 5));
+            assert_eq!((r.name.as_str(), r.token, r.reason), ("m", 4, ReleaseReason::Withdrawn));
+        }
+        other => panic!("expected the Lease handed to the head, got {other:?}"),
+    }
+    // A stale view of a Lease that names the pod at or below its withdrawn token never records it again.
+    let pods = [multi("m", 1, None, 4, true)];
+    assert!(matches!(
+        decide(&obs(Some(&l), &pods)).unwrap().decision,
+        Decision::UpdateLease { holder: Some(ref g), released: Some(_), .. } if g.name == "m" && g.token == 5
+    ));
 }

@@ -1,0 +1,745 @@
+//! Model checker over all-or-nothing multi-lock grants (issue 14, `docs/multi-lock.md`): the
+//! real [`leasehold::lock::machine::step`], run per lock by operator processes against a
+//! modelled API server that holds two locks, and pods that want one or both, explored over every
+//! interleaving by stateright (breadth first, to a bound).
+//!
+//! The single-lock protocol (claims, renewals, node loss, start timeouts, third-party edits, lock
+//! recreation, semaphores) is `tests/model.rs`'s. This model adds what only several locks have:
+//! a pod named by some of its locks' Leases and not the others, the pod as the commit point of
+//! the all-or-nothing grant ([`leasehold::lock::grant::MultiLock`]), and the take-back of a
+//! tentative grant (wound-wait) when an older waiter queues.
+//!
+//! What is modelled (and how each part maps to Kubernetes):
+//! - **API server**: locks `a` and `b` (status `tokenCeiling`), one Lease each, pods; every
+//!   object has a resourceVersion. The reservation and every Lease update are compare-and-swaps
+//!   on the resourceVersion the writer read (409 otherwise); a Lease create fails if one exists;
+//!   every pod patch (record a token, withdraw one, ungate) carries the pod's UID and
+//!   resourceVersion as preconditions, as the controller's patches do.
+//! - **Pods**: each wants `a`, `b` or both (`leasehold.dev/locks`), created at a given second;
+//!   a pod may be created late (its operator sees it whenever its cache catches up), so a pod
+//!   created in the same second with a name that sorts first can arrive after another was
+//!   granted. Ungated pods start and succeed; a gated pod may be deleted (gone at once). Per lock
+//!   the pod carries this lock's token annotation and its withdrawn token.
+//! - **Operators** (1 or 2): a cache per kind (Leases, locks, pods) that lags independently
+//!   (each refreshed to the API server at any time, in any order), a reconcile per lock that steps on its cache
+//!   plus the answers of its own writes (one write per action, so another writer, a cache
+//!   refresh or a restart can come between any two), and a restart that drops caches and clocks.
+//!
+//! Not modelled here: `highestToken` (never written: the step's lower bound is the Lease's token
+//! and the candidates' tokens alone, a weaker view), time (timeouts are `tests/model.rs`'s), claims
+//! and semaphores as members of a lock set (the controller refuses both until they are modelled).
+//!
+//! Invariants:
+//! - **I1** per lock, at most one pod whose work runs (ungated, not finished);
+//! - **I2** per lock, tokens named in its Lease strictly increase (a tentative grant counts:
+//!   its token is never reused);
+//! - **I5** a running pod is named, for every lock of its set, by that lock's Lease with the token
+//!   its annotation carries (no pod runs on a partial or stale set);
+//! - **I6** (deadlock freedom and no lost waiter, in a settled form like `tests/model.rs`'s I4)
+//!   in every reachable settled state (caches equal the API server, no reconcile half way, every
+//!   operator's step on every lock idle), every waiting pod has a lock of its set that a running
+//!   pod holds. A settled state in which a waiter waits only for tentative grants to other
+//!   waiters (or for nothing) is a deadlock or a lost waiter.
+//!
+//! Each run also asserts that its bound reaches a multi-lock pod running and the events it is for
+//! (a take-back). Each planted bug must produce its counterexample.
+
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::jiff::Timestamp;
+use leasehold::lock::grant::{Candidate, Decision, Grant, Holder, HolderKind, LeaseView, MultiLock, Phase, Settings};
+use leasehold::lock::machine::{self, Clocks, Snapshot};
+use leasehold::lock::policy::BusyPolicy;
+use stateright::{Checker, Model, Property};
+
+const LOCKS: usize = 2;
+const POD_NAMES: [&str; 3] = ["pod-a", "pod-b", "pod-c"];
+const I1: &str = "I1 per lock at most one pod whose work runs";
+const I2: &str = "I2 per lock the tokens its Lease names strictly increase";
+const I5: &str = "I5 a running pod is named by every lock of its set with the token it carries";
+const I6: &str = "I6 in a settled state every waiter waits for a running holder (no deadlock, no lost waiter)";
+const BOTH_RUN: &str = "a pod holding both locks runs";
+const TAKEN_BACK: &str = "a tentative grant is taken back";
+const ALL_RAN: &str = "every pod ran, one after another";
+
+/// A fault planted in the operator, to prove the checker can fail.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Bug {
+    /// The pod is ungated by the first lock that names it (the others are taken as recorded).
+    UngateOnFirstLease,
+    /// A tentative grant is never taken back (`Withdraw` is dropped).
+    NoTakeBack,
+    /// The take-back moves the Lease first, without recording the withdrawal on the pod: an
+    /// operator with a stale Lease cache records the old grant on the pod afterwards.
+    WithdrawWithoutPodWrite,
+    /// Lock `b` orders its queue by its own key (names reversed), not the global one.
+    PerLockQueueOrder,
+}
+
+#[derive(Clone, Debug)]
+struct Config {
+    /// Per pod: the locks it wants (bit i: lock i), its creationTimestamp (s) and whether it
+    /// exists from the start (else it is created by an action, at most once).
+    pods: &'static [(u8, i64, bool)],
+    operators: usize,
+    restarts: u8,
+    /// Gated pods may be deleted (each at most once).
+    deletes: bool,
+    bug: Option<Bug>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct LeaseObj {
+    rv: u16,
+    /// The pod it names (index, UID).
+    holder: Option<(usize, u8)>,
+    token: i64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct LockObj {
+    rv: u16,
+    ceiling: i64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum PodPhase {
+    Pending,
+    Running,
+    Succeeded,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct PodObj {
+    rv: u16,
+    uid: u8,
+    gated: bool,
+    phase: PodPhase,
+    /// Per lock: its `<lock>.locks.leasehold.dev/fencing-token` annotation.
+    tokens: [Option<i64>; LOCKS],
+    /// Per lock: its `<lock>.locks.leasehold.dev/withdrawn` annotation (0: none).
+    withdrawn: [i64; LOCKS],
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct View {
+    leases: [Option<LeaseObj>; LOCKS],
+    locks: [LockObj; LOCKS],
+    pods: Vec<Option<PodObj>>,
+}
+
+/// One reconcile of one lock in progress: the view it started from plus its own writes'
+/// answers, and the reservation it made.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct Session {
+    view: View,
+    fresh: Option<i64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct Operator {
+    cache: View,
+    sessions: [Option<Session>; LOCKS],
+    clocks: [Clocks; LOCKS],
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct World {
+    next_rv: u16,
+    api: View,
+    ops: Vec<Operator>,
+    /// Per lock: the last (pod, token) a Lease write named.
+    named: [Option<(usize, i64)>; LOCKS],
+    /// Pods created (bit i), deleted (bit i).
+    created: u8,
+    deleted: u8,
+    restarts: u8,
+    /// Events the bound must reach: bit 0 a take-back, bit 1 a multi-lock pod ungated.
+    events: u8,
+    broken: Option<&'static str>,
+}
+
+/// A kind the operator watches: each kind's cache lags on its own (its own watch), and catches
+/// up to the API server at once (a watch delivers a kind's events in order).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Kind {
+    Leases,
+    Locks,
+    Pods,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum Action {
+    /// Operator n steps lock l.
+    Step(usize, usize),
+    /// Operator n's cache of one kind catches up.
+    Sync(usize, Kind),
+    Restart(usize),
+    Created(usize),
+    Starts(usize),
+    Succeeds(usize),
+    Deleted(usize),
+}
+
+const TAKE_BACK: u8 = 1;
+const MULTI_RAN: u8 = 2;
+
+struct MultiModel {
+    cfg: Config,
+}
+
+fn wants(cfg: &Config, i: usize, l: usize) -> bool {
+    cfg.pods[i].0 & (1 << l) != 0
+}
+
+fn is_multi(cfg: &Config, i: usize) -> bool {
+    cfg.pods[i].0.count_ones() > 1
+}
+
+/// What the controller's conversion functions make of the modelled objects for lock `l`.
+fn snapshot(view: &View, l: usize, fresh: Option<i64>, cfg: &Config) -> Snapshot {
+    let ts = |s: i64| Timestamp::from_second(1_700_000_000 + s).unwrap();
+    let mut candidates = vec![];
+    for (i, p) in view.pods.iter().enumerate() {
+        let Some(p) = p.as_ref().filter(|_| wants(cfg, i, l)) else { continue };
+        let others_recorded = (0..LOCKS).filter(|o| *o != l && wants(cfg, i, *o)).all(|o| p.tokens[o].is_some());
+        let multi = is_multi(cfg, i).then(|| MultiLock {
+            withdrawn: p.withdrawn[l],
+            others_recorded: others_recorded || cfg.bug == Some(Bug::UngateOnFirstLease),
+        });
+        // The planted per-lock order: lock b sorts names backwards (same second).
+        let name = if cfg.bug == Some(Bug::PerLockQueueOrder) && l == 1 {
+            POD_NAMES[POD_NAMES.len() - 1 - i]
+        } else {
+            POD_NAMES[i]
+        };
+        candidates.push(Candidate {
+            kind: HolderKind::Pod,
+            name: name.into(),
+            identity: POD_NAMES[i].into(),
+            uid: uid_of(i, p.uid),
+            resource_version: p.rv.to_string(),
+            created: ts(cfg.pods[i].1),
+            gated: p.gated,
+            node_name: (!p.gated).then(|| "node-1".to_string()),
+            node_lost: false,
+            phase: match p.phase {
+                PodPhase::Pending => Phase::Pending,
+                PodPhase::Running => Phase::Running,
+                PodPhase::Succeeded => Phase::Succeeded,
+            },
+            deleting: false,
+            token: p.tokens[l],
+            on_busy: BusyPolicy::Wait,
+            max_wait: None,
+            waiting_for: None,
+            slot: 0,
+            multi,
+        });
+    }
+    let lease = view.leases[l].as_ref().map(|x| LeaseView {
+        holder: x.holder.map(|(i, uid)| Holder {
+            name: POD_NAMES[i].into(),
+            uid: Some(uid_of(i, uid)),
+            kind: HolderKind::Pod,
+        }),
+        token: x.token,
+        floor: 0,
+        trusted: true,
+    });
+    Snapshot {
+        settings: Settings {
+            start_timeout: Duration::from_secs(10_000),
+            node_loss_timeout: Duration::from_secs(10_000),
+            lease_duration: Duration::from_secs(15),
+        },
+        lease,
+        renew_marker: None,
+        extra_slots: vec![],
+        max_holders: None,
+        candidates,
+        ceiling: view.locks[l].ceiling,
+        slot_tokens: vec![],
+        highest_token: 0,
+        fresh_reservation: fresh,
+    }
+}
+
+fn uid_of(i: usize, uid: u8) -> String {
+    format!("{}-{uid}", POD_NAMES[i])
+}
+
+fn pod_of(name: &str) -> usize {
+    POD_NAMES.iter().position(|n| *n == name).unwrap()
+}
+
+impl World {
+    fn rv(&mut self) -> u16 {
+        self.next_rv += 1;
+        self.next_rv
+    }
+
+    fn running(&self) -> impl Iterator<Item = (usize, &PodObj)> {
+        self.api
+            .pods
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| p.as_ref().map(|p| (i, p)))
+            .filter(|(_, p)| !p.gated && p.phase != PodPhase::Succeeded)
+    }
+
+    /// Operator `n`'s next decision on lock `l`, with a planted bug applied.
+    fn decide(&self, n: usize, l: usize, cfg: &Config) -> (Session, machine::Step) {
+        let session =
+            self.ops[n].sessions[l].clone().unwrap_or(Session { view: self.ops[n].cache.clone(), fresh: None });
+        let snap = snapshot(&session.view, l, session.fresh, cfg);
+        let mut step = machine::step(&snap, Duration::ZERO, &self.ops[n].clocks[l]).expect("tokens fit");
+        if cfg.bug == Some(Bug::NoTakeBack) && matches!(step.plan.decision, Decision::Withdraw(_)) {
+            step.plan.decision = Decision::Idle { requeue_after: None };
+        }
+        (session, step)
+    }
+
+    /// I2: a Lease write that names a pod names a token above every earlier one of this lock,
+    /// or repeats the last grant (a repair writes the same holder and token again).
+    fn name_in_lease(&mut self, l: usize, g: Option<&Grant>) {
+        let Some(g) = g else { return };
+        let named = (pod_of(&g.identity), g.token);
+        match self.named[l] {
+            Some(last) if last == named => return,
+            Some(last) if g.token <= last.1 => {
+                self.broken.get_or_insert("I2: a Lease named a token not above an earlier one");
+            }
+            _ => {}
+        }
+        self.named[l] = Some(named);
+    }
+
+    /// A pod patch with UID and resourceVersion preconditions: `f` changes the pod.
+    fn patch_pod(&mut self, view: &mut View, g: &Grant, f: impl FnOnce(&mut PodObj)) -> bool {
+        let i = pod_of(&g.identity);
+        let rv = self.rv();
+        let ok = match (self.api.pods[i].as_mut(), view.pods[i].as_ref()) {
+            (Some(p), Some(seen)) if uid_of(i, p.uid) == g.uid && p.rv == seen.rv => {
+                f(p);
+                p.rv = rv;
+                view.pods[i] = Some(p.clone());
+                true
+            }
+            _ => false,
+        };
+        ok
+    }
+
+    fn cas_lease(&mut self, l: usize, view: &mut View, holder: Option<&Grant>) -> bool {
+        let rv = self.rv();
+        let (Some(api), Some(seen)) = (self.api.leases[l].as_ref(), view.leases[l].as_ref()) else { return false };
+        if api.rv != seen.rv {
+            return false;
+        }
+        let token = holder.map_or(api.token, |g| g.token);
+        let lease = LeaseObj { rv, holder: holder.map(|g| (pod_of(&g.identity), self.uid_in(&g.uid))), token };
+        self.name_in_lease(l, holder);
+        self.api.leases[l] = Some(lease.clone());
+        view.leases[l] = Some(lease);
+        true
+    }
+
+    fn uid_in(&self, uid: &str) -> u8 {
+        uid.rsplit('-').next().unwrap().parse().unwrap()
+    }
+
+    /// One step of operator `n` on lock `l`: decide on its session view, apply the one write.
+    fn step(&mut self, n: usize, l: usize, cfg: &Config) {
+        let (session, step) = self.decide(n, l, cfg);
+        self.ops[n].clocks[l] = step.clocks;
+        let mut view = session.view;
+        let mut fresh = None;
+        let ok = match step.plan.decision {
+            Decision::Reserve { from, to } => {
+                let seen = view.locks[l].rv;
+                if self.api.locks[l].rv == seen {
+                    let rv = self.rv();
+                    self.api.locks[l] = LockObj { rv, ceiling: to };
+                    view.locks[l] = self.api.locks[l].clone();
+                    fresh = Some(from);
+                    true
+                } else {
+                    false
+                }
+            }
+            Decision::CreateLease { holder, floor } => {
+                if self.api.leases[l].is_none() {
+                    let rv = self.rv();
+                    let token = holder.as_ref().map_or(floor, |g| g.token);
+                    let h = holder.as_ref().map(|g| (pod_of(&g.identity), self.uid_in(&g.uid)));
+                    self.name_in_lease(l, holder.as_ref());
+                    self.api.leases[l] = Some(LeaseObj { rv, holder: h, token });
+                    view.leases[l] = self.api.leases[l].clone();
+                    true
+                } else {
+                    false
+                }
+            }
+            Decision::UpdateLease { holder, .. } => self.cas_lease(l, &mut view, holder.as_ref()),
+            Decision::RepairLease { holder, .. } => self.cas_lease(l, &mut view, Some(&holder)),
+            Decision::PatchHolder(g) => {
+                let multi = is_multi(cfg, pod_of(&g.identity));
+                let ok = self.patch_pod(&mut view, &g, |p| {
+                    p.tokens[l] = Some(g.token);
+                    p.gated = false;
+                });
+                if ok && multi {
+                    self.events |= MULTI_RAN;
+                }
+                ok
+            }
+            Decision::RecordTentative(g) => self.patch_pod(&mut view, &g, |p| p.tokens[l] = Some(g.token)),
+            Decision::Withdraw(g) if cfg.bug == Some(Bug::WithdrawWithoutPodWrite) => {
+                // The planted bug: straight to the Lease, nothing recorded on the pod (the
+                // next grant goes to whoever is head at the next step).
+                self.events |= TAKE_BACK;
+                let _ = g;
+                self.cas_lease(l, &mut view, None)
+            }
+            Decision::Withdraw(g) => {
+                let ok = self.patch_pod(&mut view, &g, |p| {
+                    p.tokens[l] = None;
+                    p.withdrawn[l] = p.withdrawn[l].max(g.token);
+                });
+                if ok {
+                    self.events |= TAKE_BACK;
+                }
+                ok
+            }
+            Decision::DeletePod { .. } | Decision::RejectWaiters(_) => {
+                self.broken.get_or_insert("no timeout or busy policy is configured: unexpected decision");
+                false
+            }
+            Decision::Idle { .. } => false,
+        };
+        // The reconcile goes on with its answers, or ends (idle, or a 409: requeued, re-read).
+        self.ops[n].sessions[l] = ok.then_some(Session { view, fresh });
+    }
+
+    /// The state is settled: every cache equals the API server, no reconcile is half way, and
+    /// every operator's step on every lock writes nothing.
+    fn settled(&self, cfg: &Config) -> bool {
+        self.ops.iter().all(|o| o.cache == self.api && o.sessions.iter().all(Option::is_none))
+            && (0..self.ops.len())
+                .all(|n| (0..LOCKS).all(|l| matches!(self.decide(n, l, cfg).1.plan.decision, Decision::Idle { .. })))
+    }
+
+    /// Waiters that wait for no running holder in a settled state.
+    fn stuck(&self, cfg: &Config) -> Vec<&'static str> {
+        if !self.settled(cfg) {
+            return vec![];
+        }
+        let running: Vec<usize> = self.running().map(|(i, _)| i).collect();
+        let mut stuck = vec![];
+        for (i, p) in self.api.pods.iter().enumerate() {
+            let Some(p) = p.as_ref().filter(|p| p.gated) else { continue };
+            let _ = p;
+            let blocked = (0..LOCKS).any(|l| wants(cfg, i, l) && running.iter().any(|r| wants(cfg, *r, l)));
+            if !blocked {
+                stuck.push(POD_NAMES[i]);
+            }
+        }
+        stuck
+    }
+}
+
+fn mutual_exclusion(w: &World, cfg: &Config) -> bool {
+    (0..LOCKS).all(|l| w.running().filter(|(i, _)| wants(cfg, *i, l)).count() <= 1)
+}
+
+fn named_consistently(w: &World, cfg: &Config) -> bool {
+    w.running().all(|(i, p)| {
+        (0..LOCKS).filter(|l| wants(cfg, i, *l)).all(|l| {
+            w.api.leases[l].as_ref().is_some_and(|x| x.holder == Some((i, p.uid)) && Some(x.token) == p.tokens[l])
+        })
+    })
+}
+
+impl Model for MultiModel {
+    type State = World;
+    type Action = Action;
+
+    fn init_states(&self) -> Vec<World> {
+        // Every lock after its first reconcile: tokens reserved (ceiling 1000), Lease free.
+        let lease = LeaseObj { rv: 1, holder: None, token: 0 };
+        let lock = LockObj { rv: 1, ceiling: 1000 };
+        let pod = PodObj {
+            rv: 1,
+            uid: 0,
+            gated: true,
+            phase: PodPhase::Pending,
+            tokens: [None; LOCKS],
+            withdrawn: [0; LOCKS],
+        };
+        let pods = self.cfg.pods.iter().map(|(_, _, present)| present.then(|| pod.clone())).collect();
+        let created = self.cfg.pods.iter().enumerate().filter(|(_, p)| p.2).fold(0, |m, (i, _)| m | (1 << i));
+        let api = View { leases: [Some(lease.clone()), Some(lease)], locks: [lock.clone(), lock], pods };
+        let op =
+            Operator { cache: api.clone(), sessions: [None, None], clocks: [Clocks::default(), Clocks::default()] };
+        vec![World {
+            next_rv: 2,
+            api,
+            ops: vec![op; self.cfg.operators],
+            named: [None, None],
+            created,
+            deleted: 0,
+            restarts: 0,
+            events: 0,
+            broken: None,
+        }]
+    }
+
+    fn actions(&self, w: &World, out: &mut Vec<Action>) {
+        if w.broken.is_some() {
+            return;
+        }
+        for (n, op) in w.ops.iter().enumerate() {
+            for l in 0..LOCKS {
+                out.push(Action::Step(n, l));
+            }
+            if op.cache.leases != w.api.leases {
+                out.push(Action::Sync(n, Kind::Leases));
+            }
+            if op.cache.locks != w.api.locks {
+                out.push(Action::Sync(n, Kind::Locks));
+            }
+            if op.cache.pods != w.api.pods {
+                out.push(Action::Sync(n, Kind::Pods));
+            }
+            if w.restarts < self.cfg.restarts {
+                out.push(Action::Restart(n));
+            }
+        }
+        for (i, p) in w.api.pods.iter().enumerate() {
+            match p {
+                None if w.created & (1 << i) == 0 => out.push(Action::Created(i)),
+                None => {}
+                Some(p) if p.gated => {
+                    if self.cfg.deletes && w.deleted & (1 << i) == 0 {
+                        out.push(Action::Deleted(i));
+                    }
+                }
+                Some(p) if p.phase == PodPhase::Pending => out.push(Action::Starts(i)),
+                Some(p) if p.phase == PodPhase::Running => out.push(Action::Succeeds(i)),
+                Some(_) => {}
+            }
+        }
+    }
+
+    fn next_state(&self, w: &World, a: Action) -> Option<World> {
+        let mut w = w.clone();
+        match a {
+            Action::Step(n, l) => w.step(n, l, &self.cfg),
+            Action::Sync(n, kind) => {
+                let (api, op) = (&w.api, &mut w.ops[n]);
+                match kind {
+                    Kind::Leases => op.cache.leases = api.leases.clone(),
+                    Kind::Locks => op.cache.locks = api.locks.clone(),
+                    Kind::Pods => op.cache.pods = api.pods.clone(),
+                }
+            }
+            Action::Restart(n) => {
+                w.restarts += 1;
+                let api = w.api.clone();
+                let op = &mut w.ops[n];
+                (op.cache, op.sessions, op.clocks) = (api, [None, None], Default::default());
+            }
+            Action::Created(i) => {
+                w.created |= 1 << i;
+                let rv = w.rv();
+                w.api.pods[i] = Some(PodObj {
+                    rv,
+                    uid: 0,
+                    gated: true,
+                    phase: PodPhase::Pending,
+                    tokens: [None; LOCKS],
+                    withdrawn: [0; LOCKS],
+                });
+            }
+            Action::Starts(i) => {
+                let rv = w.rv();
+                let p = w.api.pods[i].as_mut()?;
+                (p.phase, p.rv) = (PodPhase::Running, rv);
+            }
+            Action::Succeeds(i) => {
+                let rv = w.rv();
+                let p = w.api.pods[i].as_mut()?;
+                (p.phase, p.rv) = (PodPhase::Succeeded, rv);
+            }
+            Action::Deleted(i) => {
+                w.deleted |= 1 << i;
+                w.api.pods[i] = None;
+            }
+        }
+        Some(w)
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        vec![
+            Property::always(I1, |m: &MultiModel, w: &World| mutual_exclusion(w, &m.cfg)),
+            Property::always(I2, |_, w: &World| w.broken.is_none()),
+            Property::always(I5, |m: &MultiModel, w: &World| named_consistently(w, &m.cfg)),
+            Property::always(I6, |m: &MultiModel, w: &World| w.stuck(&m.cfg).is_empty()),
+            Property::sometimes(BOTH_RUN, |_, w: &World| w.events & MULTI_RAN != 0),
+            Property::sometimes(TAKEN_BACK, |_, w: &World| w.events & TAKE_BACK != 0),
+            Property::sometimes(ALL_RAN, |_, w: &World| {
+                w.api.pods.iter().all(|p| p.as_ref().is_some_and(|p| p.phase == PodPhase::Succeeded))
+            }),
+        ]
+    }
+}
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+/// Runs the checker breadth first to `depth` (or `LEASEHOLD_MODEL_DEPTH`, plus
+/// `LEASEHOLD_MODEL_EXTRA_DEPTH`), prints what it explored, and returns it.
+fn check(name: &str, cfg: Config, depth: usize) -> impl Checker<MultiModel> + use<> {
+    let depth = env_usize("LEASEHOLD_MODEL_DEPTH", depth + env_usize("LEASEHOLD_MODEL_EXTRA_DEPTH", 0));
+    let states = env_usize("LEASEHOLD_MODEL_STATES", 50_000_000);
+    let started = Instant::now();
+    let checker = MultiModel { cfg: cfg.clone() }
+        .checker()
+        .threads(2)
+        .target_max_depth(depth)
+        .target_state_count(states)
+        .spawn_bfs()
+        .join();
+    let _ = writeln!(
+        std::io::stderr(),
+        "multilock {name}: {cfg:?}: {} states ({} unique), depth {} (bound {depth}), {:.1} s",
+        checker.state_count(),
+        checker.unique_state_count(),
+        checker.max_depth(),
+        started.elapsed().as_secs_f64()
+    );
+    checker
+}
+
+fn trace(checker: &impl Checker<MultiModel>, property: &'static str) -> Option<String> {
+    let path = checker.discovery(property)?;
+    let mut out = String::new();
+    for (state, action) in path.into_vec() {
+        if let Some(a) = action {
+            let _ = writeln!(out, "  {a:?}   (Leases={:?} pods={:?})", state.api.leases, state.api.pods);
+        }
+    }
+    let last = checker.discovery(property)?.last_state().clone();
+    let _ = writeln!(
+        out,
+        "  final: leases={:?} pods={:?} named={:?} broken={:?} stuck={:?}",
+        last.api.leases,
+        last.api.pods,
+        last.named,
+        last.broken,
+        last.stuck(&checker.model().cfg)
+    );
+    Some(out)
+}
+
+fn assert_safe(name: &str, cfg: Config, depth: usize, reaches: &[&'static str]) {
+    let checker = check(name, cfg, depth);
+    for property in [I1, I2, I5, I6] {
+        if let Some(t) = trace(&checker, property) {
+            panic!("multilock {name}: {property} violated:\n{t}");
+        }
+    }
+    for goal in [BOTH_RUN].iter().chain(reaches) {
+        assert!(
+            checker.discovery(goal).is_some(),
+            "multilock {name}: the bound never reaches \"{goal}\": it explores too little"
+        );
+    }
+}
+
+fn planted(bug: Bug, cfg: Config, depth: usize, property: &'static str) {
+    let checker = check(&format!("planted {bug:?}"), Config { bug: Some(bug), ..cfg }, depth);
+    let t = trace(&checker, property)
+        .unwrap_or_else(|| panic!("the checker must find the counterexample to {property} that {bug:?} allows"));
+    eprintln!("counterexample found, as it must be:\n{t}");
+}
+
+/// pod-a wants {a, b}, pod-b wants {b, a} (the same set: order does not matter), pod-c wants a
+/// alone; all created in the same second, so the names decide the order (a, b, c).
+const CROSS: &[(u8, i64, bool)] = &[(0b11, 1, true), (0b11, 1, true), (0b01, 1, true)];
+
+/// The one-second tie: pod-a (wants {a, b}) and pod-b (wants {a, b}) created in the same
+/// second; pod-a sorts first but is created after pod-b may have been granted.
+const TIE: &[(u8, i64, bool)] = &[(0b11, 1, false), (0b11, 1, true)];
+
+/// pod-a and pod-b both want {a, b}, both there from the start, created in the same second.
+const SAME_SECOND: &[(u8, i64, bool)] = &[(0b11, 1, true), (0b11, 1, true)];
+
+/// Two multi-lock pods and a single-lock waiter, two operators with lagging caches and a
+/// restart (a crash between the two Lease writes of one grant among them).
+#[test]
+fn cross_order_pods_and_a_single_lock_waiter_two_operators() {
+    let cfg = Config { pods: CROSS, operators: 2, restarts: 1, deletes: false, bug: None };
+    assert_safe("cross", cfg, 10, &[]);
+}
+
+/// The one-second tie, and the take-back it needs: two operators, lagging caches, a deletion.
+#[test]
+fn a_later_pod_that_sorts_first_takes_back_a_tentative_grant() {
+    let cfg = Config { pods: TIE, operators: 2, restarts: 0, deletes: true, bug: None };
+    assert_safe("tie", cfg, 9, &[TAKEN_BACK]);
+}
+
+/// The checker can fail: ungating on the first lock's grant lets a pod run without its second
+/// lock, beside the pod that holds it.
+#[test]
+fn a_planted_bug_ungate_on_the_first_lease_is_caught() {
+    planted(
+        Bug::UngateOnFirstLease,
+        Config { pods: CROSS, operators: 1, restarts: 0, deletes: false, bug: None },
+        9,
+        I5,
+    );
+}
+
+/// The checker can fail: without the take-back, the tie leaves pod-a holding a tentatively
+/// while pod-b, its head, holds b tentatively: a deadlock.
+#[test]
+fn a_planted_bug_no_take_back_deadlocks() {
+    planted(Bug::NoTakeBack, Config { pods: TIE, operators: 1, restarts: 0, deletes: false, bug: None }, 14, I6);
+}
+
+/// The checker can fail: per-lock queue orders that disagree deadlock two multi-lock pods.
+#[test]
+fn a_planted_bug_per_lock_queue_order_deadlocks() {
+    planted(
+        Bug::PerLockQueueOrder,
+        Config { pods: SAME_SECOND, operators: 1, restarts: 0, deletes: false, bug: None },
+        11,
+        I6,
+    );
+}
+
+/// pod-a wants a alone and is created late, in the same second as pod-b, which wants {a, b}:
+/// pod-a sorts first, so a tentative grant of a to pod-b is taken back.
+const LATE_SINGLE: &[(u8, i64, bool)] = &[(0b01, 1, false), (0b11, 1, true)];
+
+/// The checker can fail: a take-back that moves the Lease without first withdrawing the grant
+/// on the pod leaves the pod's record of it, and the pod runs on it once its other lock comes.
+#[test]
+fn a_planted_bug_withdraw_without_pod_write_is_caught() {
+    let cfg = Config { pods: LATE_SINGLE, operators: 1, restarts: 0, deletes: false, bug: None };
+    planted(Bug::WithdrawWithoutPodWrite, cfg, 11, I5);
+}
+
+/// One operator, deeper: two pods that want {a, b} run one after the other, to the end (the
+/// second is granted both locks as the first releases them), with a restart.
+#[test]
+fn one_operator_serves_both_multi_lock_pods_in_turn() {
+    let cfg = Config { pods: SAME_SECOND, operators: 1, restarts: 1, deletes: false, bug: None };
+    assert_safe("in-turn", cfg, 20, &[ALL_RAN]);
+}
