@@ -3,7 +3,10 @@
 
 use std::process::Command;
 
-use leasehold::crd::DistributedLock;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::PostParams;
+use leasehold::crd::{DistributedLock, DistributedLockClaim};
+use leasehold::lock::SLOT_ANNOTATION;
 use serde_json::{Value, json};
 
 use crate::install::{create_token, token_kubeconfig};
@@ -120,6 +123,122 @@ async fn status_and_why_show_the_holder_and_the_waiters_in_grant_order() {
     let w2 = leasehold_ok(&ns, &["why", "w2", "--kubeconfig", &reader]);
     assert!(w2.contains("held by pod holder") && w2.contains("position 2 of 2"), "{w2}");
     assert!(w2.contains("403 Forbidden"), "{w2}");
+    ns.cleanup().await;
+}
+
+/// A semaphore (`maxHolders: 2`) with two pod holders, a waiting pod and a waiting claim: `status`
+/// shows 2/2 and one row per slot with its Lease, `why` tells the slot-1 holder its slot, token
+/// and Lease, and a waiter (pod or claim) its place and who holds both slots.
+#[tokio::test]
+async fn status_and_why_show_every_slot_of_a_semaphore() {
+    let mut ns = TestNs::new("inspect-sem").await;
+    ns.create_lock("pool", json!({"maxHolders": 2})).await;
+    ns.start_operator(&[]);
+    ns.create_gated_pod("h-a", "pool", "10m").await;
+    ns.create_gated_pod("h-b", "pool", "10m").await;
+    let holders: Vec<Pod> = vec![
+        wait_pod(&ns, "h-a", "granted", |p| !is_gated(p)).await,
+        wait_pod(&ns, "h-b", "granted", |p| !is_gated(p)).await,
+    ];
+    // (slot, pod, token), slot 0 first.
+    let mut slots: Vec<(String, String, i64)> = holders
+        .iter()
+        .map(|p| {
+            let slot = p.metadata.annotations.as_ref().and_then(|a| a.get(SLOT_ANNOTATION)).cloned();
+            (slot.expect("a granted pod carries its slot"), p.metadata.name.clone().unwrap(), token_of(p).unwrap())
+        })
+        .collect();
+    slots.sort();
+    assert_eq!([slots[0].0.as_str(), slots[1].0.as_str()], ["0", "1"], "{slots:?}");
+    // The waiters: a pod, then (a second later: creationTimestamp has one-second resolution) a
+    // claim as `leasehold lock` or the holder library makes it.
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    ns.create_gated_pod("w", "pool", "1s").await;
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    let claim: DistributedLockClaim = serde_json::from_value(json!({
+        "apiVersion": "leasehold.dev/v1alpha1", "kind": "DistributedLockClaim",
+        "metadata": {"name": "cl"}, "spec": {"lock": "pool", "identity": "laptop"},
+    }))
+    .unwrap();
+    ns.api::<DistributedLockClaim>().create(&PostParams::default(), &claim).await.expect("create claim");
+    let locks = ns.api::<DistributedLock>();
+    wait_until("the operator's status shows 2/2 and two waiting", WAIT, || async {
+        locks
+            .get("pool")
+            .await
+            .ok()
+            .and_then(|l| l.status)
+            .is_some_and(|s| s.occupancy.as_deref() == Some("2/2") && s.waiting == 2)
+    })
+    .await;
+
+    let table = leasehold_ok(&ns, &["status", "-n", &ns.ns]);
+    let lines: Vec<&str> = table.lines().collect();
+    let row = lines.iter().find(|l| l.starts_with("pool ")).expect("a row for lock pool");
+    assert!(row.contains(" 2/2 holders "), "{table}");
+    assert_eq!(row.split_whitespace().last(), Some("2"), "two waiting: {table}");
+    let section = |head: &str| -> Vec<Vec<String>> {
+        lines
+            .iter()
+            .skip_while(|l| !l.starts_with(head))
+            .skip(1)
+            .take_while(|l| !l.trim().is_empty())
+            .map(|l| l.split_whitespace().map(str::to_string).collect())
+            .collect()
+    };
+    let slot_rows: Vec<Vec<String>> = section("LOCK   SLOT")
+        .into_iter()
+        .map(|r| vec![r[1].clone(), r[2].clone(), r[4].clone(), r[5].clone()])
+        .collect();
+    let expected: Vec<Vec<String>> = vec![
+        vec!["0".into(), slots[0].1.clone(), slots[0].2.to_string(), "pool".into()],
+        vec!["1".into(), slots[1].1.clone(), slots[1].2.to_string(), "pool-slot-1".into()],
+    ];
+    assert_eq!(slot_rows, expected, "{table}");
+    let queue: Vec<(String, String)> =
+        section("LOCK   POSITION").into_iter().map(|r| (r[1].clone(), r[2].clone())).collect();
+    assert_eq!(queue, [("1".into(), "w".into()), ("2".into(), "cl".into())], "{table}");
+
+    let out = leasehold_ok(&ns, &["status", "pool", "-o", "json", "-n", &ns.ns]);
+    let doc: Value = serde_json::from_str(&out).expect("status -o json is JSON");
+    let lock = &doc["locks"][0];
+    assert_eq!(lock["maxHolders"], 2, "{doc}");
+    let holders: Vec<(u64, &str, i64, &str)> = lock["holders"]
+        .as_array()
+        .expect("holders")
+        .iter()
+        .map(|h| {
+            (
+                h["slot"].as_u64().unwrap(),
+                h["name"].as_str().unwrap(),
+                h["token"].as_i64().unwrap(),
+                h["leaseName"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        holders,
+        [(0, slots[0].1.as_str(), slots[0].2, "pool"), (1, slots[1].1.as_str(), slots[1].2, "pool-slot-1")],
+        "{doc}"
+    );
+
+    // why: the holder of slot 1, the waiting pod, the waiting claim.
+    let (slot1, t1) = (&slots[1].1, slots[1].2);
+    let h = leasehold_ok(&ns, &["why", slot1, "-n", &ns.ns]);
+    assert!(h.contains(&format!("holds lock pool with fencing token {t1} in slot 1 of 2 (Lease pool-slot-1")), "{h}");
+    let all_held = format!(
+        "a semaphore whose 2 slots are all held: slot 0 by pod {} (token {}), slot 1 by pod {slot1} (token {t1})",
+        slots[0].1, slots[0].2
+    );
+    let w = leasehold_ok(&ns, &["why", "w", "-n", &ns.ns]);
+    assert!(
+        w.contains(&format!("Pod w waits at the leasehold.dev/lock scheduling gate for lock pool, {all_held}")),
+        "{w}"
+    );
+    assert!(w.contains("position 1 of 2 in the queue: next to be granted when a slot is released"), "{w}");
+    let cl = leasehold_ok(&ns, &["why", "cl", "-n", &ns.ns]);
+    assert!(cl.contains(&format!("Claim cl (laptop) waits for lock pool, {all_held}")), "{cl}");
+    assert!(cl.contains("position 2 of 2 in the queue, behind w "), "{cl}");
     ns.cleanup().await;
 }
 

@@ -29,7 +29,8 @@ pub enum Command {
     Lock(LockArgs),
     /// Show locks: holder, Lease, Ready condition and the waiters in grant order (read-only).
     Status(StatusArgs),
-    /// Explain why a pod is still gated (or that it holds its lock, or is not gated).
+    /// Explain why a pod is still gated, or a claim still waits (or that it holds its lock, with
+    /// its slot for a semaphore, or is not gated).
     Why(WhyArgs),
     /// Break-glass: revoke a stuck claim holder's grant (--force); the next waiter is granted
     /// after the lease duration. Refused for a running pod holder (delete the pod).
@@ -201,9 +202,11 @@ pub struct StatusArgs {
 /// Options of `leasehold why`.
 #[derive(Args, Debug, Clone)]
 pub struct WhyArgs {
-    /// Name of the pod.
-    pub pod: String,
-    /// Namespace of the pod (default: the kubeconfig context's namespace).
+    /// Name of the pod, or of a DistributedLockClaim (`kubectl get dlclaim`) when no pod has
+    /// that name.
+    #[arg(value_name = "POD_OR_CLAIM")]
+    pub name: String,
+    /// Namespace of the pod or claim (default: the kubeconfig context's namespace).
     #[arg(long, short = 'n')]
     pub namespace: Option<String>,
     /// Which cluster (`--kubeconfig`, `--context`).

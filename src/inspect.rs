@@ -1,7 +1,10 @@
-//! `leasehold status` and `leasehold why`: an operator's read-only view of locks and waiting pods.
+//! `leasehold status` and `leasehold why`: an operator's read-only view of locks and waiting pods
+//! and claims.
 //!
-//! The decisions of what to show are pure functions of the objects ([`lock_report`],
-//! [`render_table`], [`explain`]); [`status`] and [`why`] only fetch the objects and print. The
+//! The decisions of what to show are pure functions of the objects ([`lock_report_slots`],
+//! [`render_table`], [`explain_slots`], [`explain_claim`]); [`status`] and [`why`] only fetch the
+//! objects and print. A semaphore (`spec.maxHolders`) is read slot by slot: slot k's holder is
+//! whoever its Lease names ([`lease::slot_lease_name`], [`slot_reads`]). The
 //! queue is the operator's own: the same candidate conversion
 //! ([`crate::controller::candidate_of_pod`], [`crate::controller::candidate_of_claim`]) and the
 //! same order ([`grant::queue_of`]), without the holder.
@@ -23,12 +26,14 @@ use serde::Serialize;
 
 use crate::cli::{OutputFormat, StatusArgs, WhyArgs};
 use crate::controller::{candidate_of_claim, candidate_of_pod, pod_concerns_lock};
-use crate::crd::{DistributedLock, DistributedLockClaim, condition};
+use crate::crd::{ClaimPhase, DistributedLock, DistributedLockClaim, condition};
 use crate::lease;
 use crate::lock::fencing::parse_token;
 use crate::lock::grant::{self, Candidate, HolderKind, Phase, RejectReason};
 use crate::lock::policy::{self, BusyPolicy};
-use crate::lock::{GRANTED_LOCK_ANNOTATION, LOCK_ANNOTATION, SCHEDULING_GATE, TOKEN_ANNOTATION};
+use crate::lock::{
+    GRANTED_LOCK_ANNOTATION, LEASE_LABEL, LOCK_ANNOTATION, SCHEDULING_GATE, SLOT_ANNOTATION, TOKEN_ANNOTATION,
+};
 use crate::lock_cli::error_text;
 
 /// Exit status of `status` / `why` when the lock or pod does not exist, or the API fails.
@@ -57,6 +62,40 @@ pub struct LockReport {
     pub highest_token: i64,
     /// The waiters in grant order (the operator's queue, without the holder).
     pub waiters: Vec<WaiterReport>,
+    /// A semaphore's `spec.maxHolders`; absent for a single-holder lock.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_holders: Option<i32>,
+    /// A semaphore's holders, one per slot whose Lease names a holder, lowest slot first (from
+    /// the lock's `status.holders` when the Leases cannot be read). Empty, and left out of the
+    /// JSON, for a single-holder lock: `holder` and `lease` describe it.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub holders: Vec<SlotHolderReport>,
+}
+
+/// One holder of a semaphore slot (`leasehold status`, semaphores only).
+#[derive(Serialize, Debug, Clone, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct SlotHolderReport {
+    /// The slot (0-based): slot 0 is the lock's own Lease, slot k >= 1 the Lease `<lock>-slot-<k>`.
+    pub slot: u32,
+    /// Name of that slot's Lease ([`lease::slot_lease_name`]).
+    pub lease_name: String,
+    /// Pod name or claim identity (the Lease's `holderIdentity`).
+    pub name: String,
+    /// `Pod` or `Claim`; absent when the holder comes from the lock's status (Leases unreadable).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    /// Fencing token of the grant.
+    pub token: i64,
+    /// The Lease's `spec.acquireTime` (RFC 3339): when the slot was granted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub since: Option<String>,
+    /// Seconds since `since`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub held_seconds: Option<i64>,
+    /// Seconds since the Lease's `spec.renewTime`, by this machine's clock.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub renewed_seconds_ago: Option<i64>,
 }
 
 /// The `Ready` condition of a lock.
@@ -177,6 +216,73 @@ fn current_holder(lock: Option<&DistributedLock>, lease: LeaseRead<'_>) -> Optio
     }
 }
 
+/// What could be read of each slot's Lease of the lock named `lock` in namespace `ns`
+/// (`result[k]` is slot k, [`lease::slot_lease_name`]), picked by name out of `leases` (Leases
+/// of any namespace and lock; `None`: the caller may not read Leases, 403). A single-holder lock
+/// (or a missing one) has slot 0 only; a semaphore every slot below the highest of its
+/// `spec.maxHolders`, the slots of its `status.holders`, and the slot Leases found (after
+/// `maxHolders` was lowered, holders can remain in slots above it).
+pub fn slot_reads<'a>(
+    ns: &str,
+    lock: &str,
+    lock_obj: Option<&DistributedLock>,
+    leases: Option<&'a [Lease]>,
+) -> Vec<LeaseRead<'a>> {
+    let find = |k: u32| match leases {
+        Some(ls) => LeaseRead::of(
+            ls.iter().find(|l| l.namespace().as_deref() == Some(ns) && l.name_any() == lease::slot_lease_name(lock, k)),
+        ),
+        None => LeaseRead::Forbidden,
+    };
+    let Some(limit) = lock_obj.and_then(|l| l.spec.max_holders) else { return vec![find(0)] };
+    let in_status =
+        lock_obj.and_then(|l| l.status.as_ref()).and_then(|s| s.holders.iter().map(|h| h.slot + 1).max()).unwrap_or(0);
+    let in_leases = leases
+        .unwrap_or_default()
+        .iter()
+        .filter(|l| l.namespace().as_deref() == Some(ns))
+        .filter_map(|l| lease::slot_of_lease_name(lock, &l.name_any()))
+        .map(|k| k + 1)
+        .max()
+        .unwrap_or(0);
+    let slots = (limit.max(1) as u32).max(in_status).max(in_leases);
+    (0..slots).map(find).collect()
+}
+
+/// The holder of each slot that has one, lowest slot first: the slot's Lease's, or, when the
+/// Leases cannot be read, the lock's status's (`status.holders` for a semaphore, `status.holder`
+/// for slot 0 of a single-holder lock; the kind is then a claim's when a claim in `claims` has
+/// the holder's UID).
+fn slot_holders(
+    lock: Option<&DistributedLock>,
+    slots: &[LeaseRead<'_>],
+    claims: &[DistributedLockClaim],
+) -> Vec<(u32, CurrentHolder)> {
+    let semaphore = lock.is_some_and(|l| l.spec.max_holders.is_some());
+    slots
+        .iter()
+        .enumerate()
+        .filter_map(|(k, read)| {
+            let k = k as u32;
+            let holder = match (read, semaphore) {
+                (LeaseRead::Forbidden, true) => {
+                    let h = lock?.status.as_ref()?.holders.iter().find(|h| h.slot == k)?;
+                    let is_claim = claims.iter().any(|c| c.metadata.uid.is_some() && c.metadata.uid == h.uid);
+                    Some(CurrentHolder {
+                        name: h.name.clone(),
+                        uid: h.uid.clone(),
+                        kind: if is_claim { HolderKind::Claim } else { HolderKind::Pod },
+                        token: h.token,
+                    })
+                }
+                (read, _) if k == 0 || !matches!(read, LeaseRead::Forbidden) => current_holder(lock, *read),
+                _ => None,
+            };
+            holder.map(|h| (k, h))
+        })
+        .collect()
+}
+
 /// `leasehold status`'s JSON document.
 #[derive(Serialize, Debug, Clone, PartialEq)]
 pub struct StatusDocument {
@@ -195,6 +301,18 @@ pub fn queue(
     pods: &[Pod],
     claims: &[DistributedLockClaim],
 ) -> Vec<Candidate> {
+    queue_without(ns, lock, holder_uid.as_slice(), pods, claims)
+}
+
+/// [`queue`] without any of the holders with UIDs `holder_uids` (a semaphore's holders, one per
+/// slot).
+pub fn queue_without(
+    ns: &str,
+    lock: &str,
+    holder_uids: &[&str],
+    pods: &[Pod],
+    claims: &[DistributedLockClaim],
+) -> Vec<Candidate> {
     let candidates: Vec<Candidate> = pods
         .iter()
         .filter(|p| p.namespace().as_deref() == Some(ns) && pod_concerns_lock(p, lock))
@@ -206,7 +324,7 @@ pub fn queue(
                 .filter_map(candidate_of_claim),
         )
         .collect();
-    grant::queue_of(&candidates).into_iter().filter(|c| Some(c.uid.as_str()) != holder_uid).cloned().collect()
+    grant::queue_of(&candidates).into_iter().filter(|c| !holder_uids.contains(&c.uid.as_str())).cloned().collect()
 }
 
 /// What `leasehold status` shows for one lock, at time `now`. `pods` and `claims` may contain
@@ -218,6 +336,21 @@ pub fn lock_report(
     claims: &[DistributedLockClaim],
     now: Timestamp,
 ) -> LockReport {
+    lock_report_slots(lock, &[lease], pods, claims, now)
+}
+
+/// [`lock_report`] with what could be read of every slot's Lease (`slots[k]`: slot k, see
+/// [`slot_reads`]; `slots[0]` is the lock's own Lease and fills `lease`). For a semaphore
+/// (`spec.maxHolders` set) it lists every slot's holder in `holders`, and none of them is a
+/// waiter.
+pub fn lock_report_slots(
+    lock: &DistributedLock,
+    slots: &[LeaseRead<'_>],
+    pods: &[Pod],
+    claims: &[DistributedLockClaim],
+    now: Timestamp,
+) -> LockReport {
+    let lease = slots.first().copied().unwrap_or(LeaseRead::Missing);
     let ns = lock.namespace().unwrap_or_default();
     let name = lock.name_any();
     let status = lock.status.clone().unwrap_or_default();
@@ -246,8 +379,31 @@ pub fn lock_report(
             renewed_seconds_ago: renew.map(|t| seconds_since(t, now)),
         }
     });
-    let holder_uid = current_holder(Some(lock), lease).and_then(|h| h.uid);
-    let waiters = queue(&ns, &name, holder_uid.as_deref(), pods, claims)
+    let holding = slot_holders(Some(lock), slots, claims);
+    let holder_uids: Vec<&str> = holding.iter().filter_map(|(_, h)| h.uid.as_deref()).collect();
+    let holders = match lock.spec.max_holders {
+        None => vec![],
+        Some(_) => holding
+            .iter()
+            .map(|(k, h)| {
+                let spec = slots[*k as usize].lease().and_then(|l| l.spec.as_ref());
+                let acquired = spec.and_then(|s| s.acquire_time.as_ref()).map(|t| t.0);
+                let renewed = spec.and_then(|s| s.renew_time.as_ref()).map(|t| t.0);
+                let from_lease = matches!(slots[*k as usize], LeaseRead::Found(_));
+                SlotHolderReport {
+                    slot: *k,
+                    lease_name: lease::slot_lease_name(&name, *k),
+                    name: h.name.clone(),
+                    kind: from_lease.then(|| h.kind.as_str().to_string()),
+                    token: h.token,
+                    since: acquired.map(rfc3339),
+                    held_seconds: acquired.map(|t| seconds_since(t, now)),
+                    renewed_seconds_ago: renewed.map(|t| seconds_since(t, now)),
+                }
+            })
+            .collect(),
+    };
+    let waiters = queue_without(&ns, &name, &holder_uids, pods, claims)
         .iter()
         .enumerate()
         .map(|(i, c)| WaiterReport {
@@ -268,10 +424,14 @@ pub fn lock_report(
         lease_forbidden: matches!(lease, LeaseRead::Forbidden),
         highest_token: status.highest_token,
         waiters,
+        max_holders: lock.spec.max_holders,
+        holders,
     }
 }
 
-/// The table `leasehold status` prints: one row per lock, then (when anyone waits) one row per
+/// The table `leasehold status` prints: one row per lock (a semaphore's shows `<holders>/<limit>
+/// holders` instead of one holder), then (when a semaphore has holders) one row per held slot
+/// (slot, holder, kind, token, Lease, held for, renewed), then (when anyone waits) one row per
 /// waiter in grant order. `namespaces` adds a NAMESPACE column (`-A`).
 pub fn render_table(reports: &[LockReport], namespaces: bool) -> String {
     let mut tw = tabwriter::TabWriter::new(vec![]).padding(3);
@@ -279,16 +439,19 @@ pub fn render_table(reports: &[LockReport], namespaces: bool) -> String {
     let ns_head = if namespaces { "NAMESPACE\t" } else { "" };
     let _ = writeln!(tw, "{ns_head}LOCK\tHOLDER\tTOKEN\tHELD SINCE\tHELD FOR\tLEASE HOLDER\tRENEWED\tREADY\tWAITING");
     for r in reports {
-        let (holder, token, since, held) = match &r.holder {
-            Some(h) => (
+        let (holder, token, since, held) = match (&r.holder, r.max_holders) {
+            // A semaphore: its occupancy here, each holder in the SLOT table below.
+            (_, Some(max)) => (format!("{}/{max} holders", r.holders.len()), "-".into(), "-".into(), "-".into()),
+            (Some(h), None) => (
                 h.name.clone(),
                 h.token.to_string(),
                 h.since.clone().unwrap_or_else(|| "-".into()),
                 h.held_seconds.map(age).unwrap_or_else(|| "-".into()),
             ),
-            None => ("<none>".into(), "-".into(), "-".into(), "-".into()),
+            (None, None) => ("<none>".into(), "-".into(), "-".into(), "-".into()),
         };
         let (lease_holder, renewed) = match &r.lease {
+            _ if r.max_holders.is_some() => ("-".into(), "-".into()),
             Some(l) => (
                 l.holder_identity.clone().unwrap_or_else(|| "<none>".into()),
                 l.renewed_seconds_ago.map(|s| format!("{} ago", age(s))).unwrap_or_else(|| "-".into()),
@@ -309,6 +472,29 @@ pub fn render_table(reports: &[LockReport], namespaces: bool) -> String {
         );
     }
     let mut out = String::from_utf8(tw.into_inner().unwrap_or_default()).unwrap_or_default();
+    if reports.iter().any(|r| !r.holders.is_empty()) {
+        let mut tw = tabwriter::TabWriter::new(vec![]).padding(3);
+        let _ = writeln!(tw, "{ns_head}LOCK\tSLOT\tHOLDER\tKIND\tTOKEN\tLEASE\tHELD FOR\tRENEWED");
+        for r in reports {
+            for h in &r.holders {
+                let _ = writeln!(
+                    tw,
+                    "{}{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
+                    ns_col(r),
+                    r.name,
+                    h.slot,
+                    h.name,
+                    h.kind.as_deref().unwrap_or("?"),
+                    h.token,
+                    if r.lease_forbidden { "<forbidden>" } else { &h.lease_name },
+                    h.held_seconds.map(age).unwrap_or_else(|| "-".into()),
+                    h.renewed_seconds_ago.map(|s| format!("{} ago", age(s))).unwrap_or_else(|| "-".into()),
+                );
+            }
+        }
+        out.push('\n');
+        out.push_str(&String::from_utf8(tw.into_inner().unwrap_or_default()).unwrap_or_default());
+    }
     if reports.iter().any(|r| !r.waiters.is_empty()) {
         let mut tw = tabwriter::TabWriter::new(vec![]).padding(3);
         let _ = writeln!(tw, "{ns_head}LOCK\tPOSITION\tWAITER\tKIND\tCREATED\tWAITED (SINCE CREATED)");
@@ -353,7 +539,27 @@ pub enum Verdict {
         /// Its fencing token.
         token: i64,
     },
-    /// The pod waits in the queue of `lock` at this position (1 = next).
+    /// The pod or claim holds slot `slot` of the semaphore `lock` with this fencing token (the
+    /// slot's Lease names it).
+    HoldsSlot {
+        /// The lock.
+        lock: String,
+        /// Its fencing token.
+        token: i64,
+        /// The slot (0-based); its Lease is [`lease::slot_lease_name`]`(lock, slot)`.
+        slot: u32,
+    },
+    /// The pod or claim was granted slot `slot` of the semaphore `lock`, but that slot's Lease
+    /// names someone else now, or nobody, or is gone.
+    LostSlot {
+        /// The lock.
+        lock: String,
+        /// The token it was granted.
+        token: i64,
+        /// The slot it was granted.
+        slot: u32,
+    },
+    /// The pod (or claim) waits in the queue of `lock` at this position (1 = next).
     Waiting {
         /// The lock.
         lock: String,
@@ -411,6 +617,22 @@ pub fn explain(
     claims: &[DistributedLockClaim],
     now: Timestamp,
 ) -> Explanation {
+    explain_slots(pod, lock, &[lease], pods, claims, now)
+}
+
+/// [`explain`] with what could be read of every slot's Lease of the lock (`slots[k]`: slot k,
+/// see [`slot_reads`]). For a semaphore, a holder is told its slot, token and slot Lease
+/// ([`Verdict::HoldsSlot`], or [`Verdict::LostSlot`] when that Lease no longer names it), and a
+/// waiter who holds the slots.
+pub fn explain_slots(
+    pod: &Pod,
+    lock: Option<&DistributedLock>,
+    slots: &[LeaseRead<'_>],
+    pods: &[Pod],
+    claims: &[DistributedLockClaim],
+    now: Timestamp,
+) -> Explanation {
+    let lease = slots.first().copied().unwrap_or(LeaseRead::Missing);
     let name = pod.name_any();
     let ns = pod.namespace().unwrap_or_default();
     let ann = |k: &str| pod.annotations().get(k).map(String::as_str);
@@ -433,15 +655,6 @@ pub fn explain(
     .flatten()
     .map(|e| format!("Its {e}; the operator uses the default (wait in FIFO order, no time limit)."))
     .collect();
-
-    let say = |verdict: Verdict, first: String, notes: &[String]| {
-        let mut text = first;
-        for n in notes {
-            text.push(' ');
-            text.push_str(n);
-        }
-        Explanation { verdict, text }
-    };
 
     if matches!(phase, Phase::Succeeded | Phase::Failed) {
         let status = pod.status.as_ref();
@@ -494,14 +707,31 @@ pub fn explain(
         return say(Verdict::NotGated, first, &notes);
     };
 
-    let lease_holder = current_holder(lock, lease);
+    let semaphore = lock.and_then(|l| l.spec.max_holders);
+    let holding = slot_holders(lock, slots, claims);
     let uid = pod.metadata.uid.clone();
-    let named_by_lease = lease_holder.as_ref().is_some_and(|h| h.name == name && h.uid.is_some() && h.uid == uid);
+    let names_me = |h: &CurrentHolder| h.name == name && h.uid.is_some() && h.uid == uid;
+    // The slot the pod holds: the one whose Lease names it, else the one it was granted.
+    let my_slot = match semaphore {
+        None => 0,
+        Some(_) => holding.iter().find(|(_, h)| names_me(h)).map(|(k, _)| *k).unwrap_or_else(|| {
+            let granted_here = granted_lock == Some(lock_name);
+            ann(SLOT_ANNOTATION).filter(|_| granted_here).and_then(|v| v.trim().parse().ok()).unwrap_or(0)
+        }),
+    };
+    let lease_holder = holding.iter().find(|(k, _)| *k == my_slot).map(|(_, h)| h.clone());
+    let named_by_lease = lease_holder.as_ref().is_some_and(names_me);
     let lease_token = lease_holder.as_ref().map(|h| h.token).unwrap_or(0);
     if matches!(lease, LeaseRead::Forbidden) {
-        notes.push(format!(
-            "(The Lease {lock_name} could not be read, 403 Forbidden: the holder is as the lock's status records it.)"
-        ));
+        notes.push(match semaphore {
+            None => format!(
+                "(The Lease {lock_name} could not be read, 403 Forbidden: the holder is as the lock's status records it.)"
+            ),
+            Some(_) => format!(
+                "(The Leases of lock {lock_name} could not be read, 403 Forbidden: the holders are as the lock's status \
+                 records them.)"
+            ),
+        });
     }
     if granted_lock.is_some_and(|g| g != lock_name) {
         notes.push(format!(
@@ -514,6 +744,14 @@ pub fn explain(
     if !gated {
         if named_by_lease {
             let t = token.unwrap_or(lease_token);
+            if semaphore.is_some() {
+                let first = format!(
+                    "Pod {name} holds lock {lock_name} with fencing token {t}{}; it keeps it until it succeeds, fails or \
+                     is deleted.",
+                    slot_phrase(lock, lock_name, my_slot, slots, now)
+                );
+                return say(Verdict::HoldsSlot { lock: lock_name.to_string(), token: t, slot: my_slot }, first, &notes);
+            }
             let since = lock
                 .and_then(|l| l.status.as_ref()?.holder.as_ref()?.since.as_ref())
                 .map(|s| format!(" (granted {} ago)", age(seconds_since(s.0, now))))
@@ -525,6 +763,18 @@ pub fn explain(
             return say(Verdict::Holds { lock: lock_name.to_string(), token: t }, first, &notes);
         }
         if let (Some(t), Some(_)) = (token, granted_lock) {
+            let read = slots.get(my_slot as usize).copied().unwrap_or(LeaseRead::Missing);
+            let lease_name = lease::slot_lease_name(lock_name, my_slot);
+            if semaphore.is_some() {
+                let first = format!(
+                    "Pod {name} was granted lock {} with fencing token {t} in slot {my_slot}, but {}: it no longer \
+                     holds the lock (taken back after its node was lost, or the Lease was edited) while it may still \
+                     run. Only the fencing token protects the data now; stop the pod if it should not run on.",
+                    granted_lock.unwrap_or(lock_name),
+                    lease_now(&lease_name, lease_holder.as_ref(), read)
+                );
+                return say(Verdict::LostSlot { lock: lock_name.to_string(), token: t, slot: my_slot }, first, &notes);
+            }
             let now_held = match &lease_holder {
                 Some(h) => format!("the Lease now names {}", h.name),
                 None if matches!(lease, LeaseRead::Found(_)) => "the Lease now names nobody".to_string(),
@@ -554,8 +804,158 @@ pub fn explain(
         );
         return say(Verdict::LockMissing { lock: lock_name.to_string() }, first, &notes);
     };
-    let ready = lock.status.as_ref().and_then(|s| s.conditions.iter().find(|c| c.type_ == condition::READY));
-    match ready {
+    ready_notes(lock, &ns, &mut notes);
+    if named_by_lease {
+        let first = match semaphore {
+            None => format!(
+                "Pod {name} has been granted lock {lock_name} (the Lease names it, token {lease_token}) but is still \
+                 gated: the operator removes the gate on its next step; if it stays gated, check the operator's log."
+            ),
+            Some(_) => format!(
+                "Pod {name} has been granted lock {lock_name} (the Lease {} of slot {my_slot} names it, token \
+                 {lease_token}) but is still gated: the operator removes the gate on its next step; if it stays \
+                 gated, check the operator's log.",
+                lease::slot_lease_name(lock_name, my_slot)
+            ),
+        };
+        return say(Verdict::GrantInProgress { lock: lock_name.to_string() }, first, &notes);
+    }
+    let who = Waiter {
+        intro: format!("Pod {name} waits at the {SCHEDULING_GATE} scheduling gate"),
+        kind: HolderKind::Pod,
+        uid: uid.as_deref(),
+        not_granted: "gated",
+        cannot_queue: format!("Pod {name} is gated for lock {lock_name}"),
+    };
+    explain_waiter(&who, lock, lock_name, slots, &holding, pods, claims, now, notes)
+}
+
+/// Why the claim `claim` (of the `leasehold lock` command or the holder library) waits, holds or
+/// neither, at time `now`: as [`explain_slots`] for a pod. `lock` is the lock its `spec.lock`
+/// names (`None` when missing), `slots` what could be read of that lock's Leases
+/// ([`slot_reads`]), `pods` and `claims` those of its namespace (to rebuild the queue).
+pub fn explain_claim(
+    claim: &DistributedLockClaim,
+    lock: Option<&DistributedLock>,
+    slots: &[LeaseRead<'_>],
+    pods: &[Pod],
+    claims: &[DistributedLockClaim],
+    now: Timestamp,
+) -> Explanation {
+    let name = claim.name_any();
+    let ns = claim.namespace().unwrap_or_default();
+    let identity = &claim.spec.identity;
+    let lock_name = claim.spec.lock.as_str();
+    let status = claim.status.clone().unwrap_or_default();
+    let why = |s: &crate::crd::DistributedLockClaimStatus| {
+        format!("{}: {}", s.reason.as_deref().unwrap_or("?"), s.message.as_deref().unwrap_or(""))
+    };
+    let mut notes = vec![];
+    match status.phase {
+        Some(ClaimPhase::Rejected) => {
+            let first = format!(
+                "Claim {name} ({identity}) gave up waiting for lock {lock_name} ({}): it is not waiting any more.",
+                why(&status)
+            );
+            return say(Verdict::Done, first, &[]);
+        }
+        Some(ClaimPhase::Expired) => {
+            let first = format!(
+                "Claim {name} ({identity}) held lock {lock_name} with fencing token {} until the operator took it \
+                 back ({}); a claim is never granted again: its holder must stop, and acquire anew (a new claim).",
+                status.token.unwrap_or(0),
+                why(&status)
+            );
+            return say(Verdict::Done, first, &[]);
+        }
+        _ => {}
+    }
+    if claim.metadata.deletion_timestamp.is_some() {
+        let first = format!("Claim {name} ({identity}) is being deleted: it neither waits nor will be granted.");
+        return say(Verdict::Done, first, &[]);
+    }
+    let Some(lock_obj) = lock else {
+        let first = format!(
+            "Claim {name} ({identity}) waits for lock {lock_name}, which does not exist in namespace {ns}: create the \
+             DistributedLock {lock_name} (spec: {{}} is enough)."
+        );
+        return say(Verdict::LockMissing { lock: lock_name.to_string() }, first, &[]);
+    };
+    let semaphore = lock_obj.spec.max_holders;
+    let holding = slot_holders(lock, slots, claims);
+    let uid = claim.metadata.uid.as_deref();
+    if slots.first().is_some_and(|r| matches!(r, LeaseRead::Forbidden)) {
+        notes.push(format!(
+            "(The Leases of lock {lock_name} could not be read, 403 Forbidden: the holders are as the lock's status \
+             records them.)"
+        ));
+    }
+    if let Some(t) = status.token {
+        let slot = status.slot.unwrap_or(0);
+        let lease_name = status.lease_name.clone().unwrap_or_else(|| lease::slot_lease_name(lock_name, slot));
+        let in_slot = holding.iter().find(|(k, _)| *k == slot).map(|(_, h)| h.clone());
+        let named = in_slot.as_ref().is_some_and(|h| h.uid.is_some() && h.uid.as_deref() == uid);
+        let renew = format!(
+            "its holder renews the Lease {lease_name}; the operator takes the lock back when it sees no renewal for \
+             {} s (the lock's leaseDurationSeconds)",
+            lock_obj.spec.lease_duration_seconds
+        );
+        if named {
+            let (verdict, place) = match semaphore {
+                Some(_) => (
+                    Verdict::HoldsSlot { lock: lock_name.to_string(), token: t, slot },
+                    slot_phrase(lock, lock_name, slot, slots, now),
+                ),
+                None => (Verdict::Holds { lock: lock_name.to_string(), token: t }, String::new()),
+            };
+            let first =
+                format!("Claim {name} ({identity}) holds lock {lock_name} with fencing token {t}{place}; {renew}.");
+            return say(verdict, first, &notes);
+        }
+        let read = slots.get(slot as usize).copied().unwrap_or(LeaseRead::Missing);
+        let (verdict, where_) = match semaphore {
+            Some(_) => (Verdict::LostSlot { lock: lock_name.to_string(), token: t, slot }, format!(" in slot {slot}")),
+            None => (Verdict::LostGrant { lock: lock_name.to_string(), token: t }, String::new()),
+        };
+        let first = format!(
+            "Claim {name} ({identity}) was granted lock {lock_name} with fencing token {t}{where_}, but {}: it no \
+             longer holds the lock (its renewals stopped, or the Lease was edited); the operator marks it Expired, \
+             and its holder must stop writing with token {t}.",
+            lease_now(&lease_name, in_slot.as_ref(), read)
+        );
+        return say(verdict, first, &notes);
+    }
+    ready_notes(lock_obj, &ns, &mut notes);
+    if let Some((k, _)) = holding.iter().find(|(_, h)| h.uid.is_some() && h.uid.as_deref() == uid) {
+        let first = format!(
+            "Claim {name} ({identity}) has been granted lock {lock_name} (the Lease {} names it) but its status does \
+             not say so yet: the operator writes it on its next step; if it stays so, check the operator's log.",
+            lease::slot_lease_name(lock_name, *k)
+        );
+        return say(Verdict::GrantInProgress { lock: lock_name.to_string() }, first, &notes);
+    }
+    let who = Waiter {
+        intro: format!("Claim {name} ({identity}) waits"),
+        kind: HolderKind::Claim,
+        uid,
+        not_granted: "waiting",
+        cannot_queue: format!("Claim {name} ({identity}) waits for lock {lock_name}"),
+    };
+    explain_waiter(&who, lock_obj, lock_name, slots, &holding, pods, claims, now, notes)
+}
+
+fn say(verdict: Verdict, first: String, notes: &[String]) -> Explanation {
+    let mut text = first;
+    for n in notes {
+        text.push(' ');
+        text.push_str(n);
+    }
+    Explanation { verdict, text }
+}
+
+/// The notes on a lock that is not Ready, or has no Ready condition yet, first in `notes`.
+fn ready_notes(lock: &DistributedLock, ns: &str, notes: &mut Vec<String>) {
+    match ready_condition(lock) {
         Some(c) if c.status == "False" => notes.insert(
             0,
             format!(
@@ -572,27 +972,84 @@ pub fn explain(
         ),
         _ => {}
     }
-    if named_by_lease {
-        let first = format!(
-            "Pod {name} has been granted lock {lock_name} (the Lease names it, token {lease_token}) but is still \
-             gated: the operator removes the gate on its next step; if it stays gated, check the operator's log."
-        );
-        return say(Verdict::GrantInProgress { lock: lock_name.to_string() }, first, &notes);
-    }
+}
 
-    let holder_uid = lease_holder.as_ref().and_then(|h| h.uid.as_deref());
-    let queue = queue(&ns, lock_name, holder_uid, pods, claims);
-    let Some(index) = queue.iter().position(|c| c.kind == HolderKind::Pod && Some(&c.uid) == uid.as_ref()) else {
-        // Gated, not deleting, not terminal: always a waiter, unless the operator could not read it.
-        let first = format!(
-            "Pod {name} is gated for lock {lock_name} but the operator cannot queue it (no uid or creationTimestamp)."
-        );
+fn ready_condition(lock: &DistributedLock) -> Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+    lock.status.as_ref().and_then(|s| s.conditions.iter().find(|c| c.type_ == condition::READY))
+}
+
+/// " in slot k of N (Lease <name>, granted 1m ago)": where a semaphore's holder holds.
+fn slot_phrase(
+    lock: Option<&DistributedLock>,
+    lock_name: &str,
+    slot: u32,
+    slots: &[LeaseRead<'_>],
+    now: Timestamp,
+) -> String {
+    let of = lock.and_then(|l| l.spec.max_holders).map(|n| format!(" of {n}")).unwrap_or_default();
+    let granted = slots
+        .get(slot as usize)
+        .and_then(|r| r.lease())
+        .and_then(|l| l.spec.as_ref()?.acquire_time.as_ref())
+        .map(|t| format!(", granted {} ago", age(seconds_since(t.0, now))))
+        .unwrap_or_default();
+    format!(" in slot {slot}{of} (Lease {}{granted})", lease::slot_lease_name(lock_name, slot))
+}
+
+/// What the Lease `lease_name` says now, for a holder it no longer names.
+fn lease_now(lease_name: &str, holder: Option<&CurrentHolder>, read: LeaseRead<'_>) -> String {
+    match (holder, read) {
+        (Some(h), _) => format!("its Lease {lease_name} now names {}", h.name),
+        (None, LeaseRead::Found(_)) => format!("its Lease {lease_name} now names nobody"),
+        (None, LeaseRead::Forbidden) => format!("the lock's status no longer records it in Lease {lease_name}"),
+        (None, LeaseRead::Missing) => format!("its Lease {lease_name} does not exist"),
+    }
+}
+
+/// A waiter as [`explain_waiter`] describes it.
+struct Waiter<'a> {
+    /// "Pod p waits at the ... gate" / "Claim c (identity) waits".
+    intro: String,
+    kind: HolderKind,
+    uid: Option<&'a str>,
+    /// What it stays while not granted: "gated" / "waiting".
+    not_granted: &'static str,
+    /// The start of the sentence when it cannot be queued.
+    cannot_queue: String,
+}
+
+/// A waiter's place in the queue of `lock` and who holds it (every slot of a semaphore).
+#[allow(clippy::too_many_arguments)]
+fn explain_waiter(
+    who: &Waiter<'_>,
+    lock: &DistributedLock,
+    lock_name: &str,
+    slots: &[LeaseRead<'_>],
+    holding: &[(u32, CurrentHolder)],
+    pods: &[Pod],
+    claims: &[DistributedLockClaim],
+    now: Timestamp,
+    notes: Vec<String>,
+) -> Explanation {
+    let ns = lock.namespace().unwrap_or_default();
+    let lease = slots.first().copied().unwrap_or(LeaseRead::Missing);
+    let semaphore = lock.spec.max_holders;
+    let holder_uids: Vec<&str> = holding.iter().filter_map(|(_, h)| h.uid.as_deref()).collect();
+    let queue = queue_without(&ns, lock_name, &holder_uids, pods, claims);
+    let Some(index) = queue.iter().position(|c| c.kind == who.kind && Some(c.uid.as_str()) == who.uid) else {
+        // Not deleting, not terminal: always a waiter, unless the operator could not read it.
+        let first = format!("{} but the operator cannot queue it (no uid or creationTimestamp).", who.cannot_queue);
         return say(Verdict::Done, first, &notes);
     };
     let me = &queue[index];
-    let held_by = match &lease_holder {
-        Some(h) => {
-            let kind = if h.kind == HolderKind::Claim { "claim holder" } else { "pod" };
+    let holder_text = |h: &CurrentHolder| if h.kind == HolderKind::Claim { "claim holder" } else { "pod" };
+    // Slots free now: a semaphore's limit minus its holders (none after maxHolders was lowered).
+    let free = match semaphore {
+        Some(n) => (n.max(1) as usize).saturating_sub(holding.len()),
+        None => usize::from(holding.is_empty()),
+    };
+    let held_by = match (semaphore, holding.first()) {
+        (None, Some((_, h))) => {
             let since = lock
                 .status
                 .as_ref()
@@ -601,30 +1058,52 @@ pub fn explain(
                 .and_then(|s| s.since.as_ref())
                 .map(|s| format!(" for {}", age(seconds_since(s.0, now))))
                 .unwrap_or_default();
-            format!("held by {kind} {} with fencing token {lease_token}{since}", h.name)
+            format!("held by {} {} with fencing token {}{since}", holder_text(h), h.name, h.token)
         }
-        None => match lease {
+        (None, None) => match lease {
             LeaseRead::Found(_) | LeaseRead::Forbidden => "which is free".to_string(),
             LeaseRead::Missing => "which has no Lease yet".to_string(),
         },
+        (Some(n), _) => {
+            let list: Vec<String> = holding
+                .iter()
+                .map(|(k, h)| format!("slot {k} by {} {} (token {})", holder_text(h), h.name, h.token))
+                .collect();
+            match (holding.len(), free) {
+                (0, _) => format!("a semaphore of {n} slots, none of them held"),
+                (_, 0) => format!("a semaphore whose {n} slots are all held: {}", list.join(", ")),
+                (held, _) => format!("a semaphore with {held} of its {n} slots held: {}", list.join(", ")),
+            }
+        }
     };
     let place = if index == 0 {
-        format!("It is at position 1 of {} in the queue: next to be granted", queue.len())
+        let when = if semaphore.is_some() && free == 0 { " when a slot is released" } else { "" };
+        format!("It is at position 1 of {} in the queue: next to be granted{when}", queue.len())
     } else {
         let ahead: Vec<String> = queue[..index].iter().take(5).map(describe_waiter).collect();
         let more = if index > 5 { format!(" and {} more", index - 5) } else { String::new() };
         format!("It is at position {} of {} in the queue, behind {}{more}", index + 1, queue.len(), ahead.join(", "))
     };
     let mut first = format!(
-        "Pod {name} waits at the {SCHEDULING_GATE} scheduling gate for lock {lock_name}, {held_by}. {place} \
-         (waiting {} since it was created).",
+        "{} for lock {lock_name}, {held_by}. {place} (waiting {} since it was created).",
+        who.intro,
         age(seconds_since(me.created, now))
     );
-    if lease_holder.is_none() && index == 0 && ready.is_some_and(|c| c.status == "True") {
-        first.push_str(" The lock is free, so the operator grants it on its next step; if it stays gated, check that an operator serves this namespace.");
+    let ready = ready_condition(lock).is_some_and(|c| c.status == "True");
+    if index < free && ready {
+        let what = if semaphore.is_some() { "A slot is free" } else { "The lock is free" };
+        first.push_str(&format!(
+            " {what}, so the operator grants it on its next step; if it stays {}, check that an operator serves this \
+             namespace.",
+            who.not_granted
+        ));
     }
     if me.on_busy == BusyPolicy::Skip {
-        first.push_str(" It asked to skip when busy (on-busy: skip): it is marked Failed (LockBusy) instead of waiting once the operator sees the lock held.");
+        let marked = if who.kind == HolderKind::Claim { "Rejected" } else { "Failed" };
+        first.push_str(&format!(
+            " It asked to skip when busy (on-busy: skip): it is marked {marked} (LockBusy) instead of waiting once the \
+             operator sees the lock held."
+        ));
     }
     if let Some(max) = me.max_wait {
         first.push_str(&format!(
@@ -688,9 +1167,9 @@ async fn status_inner(args: StatusArgs) -> anyhow::Result<i32> {
     }
     // Leases are not in the built-in `view` role: without them, show what the locks' status says.
     let leases_api = api::<Lease>(&client, scope);
-    let leases = match &args.lock {
-        Some(name) => leases_api.get_opt(name).await.map(|l| l.into_iter().collect()),
-        None => leases_api.list(&ListParams::default()).await.map(|l| l.items),
+    let leases = match (&args.lock, locks.first()) {
+        (Some(name), Some(lock)) => lock_leases(&leases_api, name, lock.spec.max_holders.is_some()).await,
+        _ => leases_api.list(&ListParams::default()).await.map(|l| l.items),
     };
     let leases: Option<Vec<Lease>> = match leases {
         Ok(l) => Some(l),
@@ -716,13 +1195,8 @@ async fn status_inner(args: StatusArgs) -> anyhow::Result<i32> {
     let reports: Vec<LockReport> = locks
         .iter()
         .map(|l| {
-            let lease = match &leases {
-                Some(ls) => {
-                    LeaseRead::of(ls.iter().find(|x| x.namespace() == l.namespace() && x.name_any() == l.name_any()))
-                }
-                None => LeaseRead::Forbidden,
-            };
-            lock_report(l, lease, &pods, &claims, now)
+            let slots = slot_reads(&l.namespace().unwrap_or_default(), &l.name_any(), Some(l), leases.as_deref());
+            lock_report_slots(l, &slots, &pods, &claims, now)
         })
         .collect();
     match args.output {
@@ -747,39 +1221,72 @@ async fn why_inner(args: WhyArgs) -> anyhow::Result<i32> {
     let client = args.kube.client().await?;
     let ns = args.namespace.clone().unwrap_or_else(|| client.default_namespace().to_string());
     let pods_api: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    let Some(pod) = pods_api.get_opt(&args.pod).await.with_context(|| format!("get pod {}", args.pod))? else {
-        eprintln!("leasehold why: pod {} not found in namespace {ns}", args.pod);
-        return Ok(EXIT_ERROR);
+    let claims_api: Api<DistributedLockClaim> = Api::namespaced(client.clone(), &ns);
+    let pod = pods_api.get_opt(&args.name).await.with_context(|| format!("get pod {}", args.name))?;
+    let claim = match &pod {
+        Some(_) => None,
+        None => {
+            claims_api.get_opt(&args.name).await.with_context(|| format!("get DistributedLockClaim {}", args.name))?
+        }
     };
-    let lock_name = pod.annotations().get(LOCK_ANNOTATION).map(|l| l.trim().to_string()).filter(|l| !l.is_empty());
-    let (lock, lease, pods, claims) = match &lock_name {
-        None => (None, Some(None), vec![], vec![]),
+    let lock_name = match (&pod, &claim) {
+        (Some(pod), _) => {
+            pod.annotations().get(LOCK_ANNOTATION).map(|l| l.trim().to_string()).filter(|l| !l.is_empty())
+        }
+        (None, Some(claim)) => Some(claim.spec.lock.clone()),
+        (None, None) => {
+            eprintln!(
+                "leasehold why: pod {} not found in namespace {ns}, and no DistributedLockClaim of that name either",
+                args.name
+            );
+            return Ok(EXIT_ERROR);
+        }
+    };
+    let (lock, leases, pods, claims) = match &lock_name {
+        None => (None, Some(vec![]), vec![], vec![]),
         Some(l) => {
             let lock = Api::<DistributedLock>::namespaced(client.clone(), &ns)
                 .get_opt(l)
                 .await
                 .with_context(|| format!("get DistributedLock {l}"))?;
-            let lease = match Api::<Lease>::namespaced(client.clone(), &ns).get_opt(l).await {
-                Ok(lease) => Some(lease),
+            let semaphore = lock.as_ref().is_some_and(|l| l.spec.max_holders.is_some());
+            let leases = match lock_leases(&Api::namespaced(client.clone(), &ns), l, semaphore).await {
+                Ok(leases) => Some(leases),
                 Err(e) if is_forbidden(&e) => None,
-                Err(e) => return Err(anyhow::Error::new(e).context(format!("get Lease {l}"))),
+                Err(e) => return Err(anyhow::Error::new(e).context(format!("read the Leases of lock {l}"))),
             };
             let pods =
                 pods_api.list(&ListParams::default()).await.with_context(|| format!("list pods in namespace {ns}"))?;
-            let claims = Api::<DistributedLockClaim>::namespaced(client.clone(), &ns)
+            let claims = claims_api
                 .list(&ListParams::default())
                 .await
                 .with_context(|| format!("list DistributedLockClaims in namespace {ns}"))?;
-            (lock, lease, pods.items, claims.items)
+            (lock, leases, pods.items, claims.items)
         }
     };
-    let lease = match &lease {
-        Some(found) => LeaseRead::of(found.as_ref()),
-        None => LeaseRead::Forbidden,
+    let slots = slot_reads(&ns, lock_name.as_deref().unwrap_or_default(), lock.as_ref(), leases.as_deref());
+    let explanation = match (&pod, &claim) {
+        (Some(pod), _) => explain_slots(pod, lock.as_ref(), &slots, &pods, &claims, Timestamp::now()),
+        (None, Some(claim)) => explain_claim(claim, lock.as_ref(), &slots, &pods, &claims, Timestamp::now()),
+        (None, None) => unreachable!("answered above"),
     };
-    let explanation = explain(&pod, lock.as_ref(), lease, &pods, &claims, Timestamp::now());
     println!("{}", explanation.text);
     Ok(0)
+}
+
+/// The Leases of the lock named `lock` (in `api`'s namespace): its own (a GET, found even when
+/// someone else made it), and for a semaphore every Lease labelled `leasehold.dev/lock: <lock>`
+/// (its slot Leases, one LIST).
+///
+/// # Errors
+/// The API's error; 403 when the caller may not read Leases.
+async fn lock_leases(api: &Api<Lease>, lock: &str, semaphore: bool) -> Result<Vec<Lease>, kube::Error> {
+    let mut leases: Vec<Lease> = api.get_opt(lock).await?.into_iter().collect();
+    if semaphore {
+        let labelled = api.list(&ListParams::default().labels(&format!("{LEASE_LABEL}={lock}"))).await?;
+        leases.extend(labelled.items.into_iter().filter(|l| l.name_any() != lock));
+    }
+    Ok(leases)
 }
 
 fn is_forbidden(e: &kube::Error) -> bool {
@@ -1061,6 +1568,267 @@ mod tests {
         let e = explain(c, Some(&lock), LeaseRead::Forbidden, &pods, &claims, now());
         assert!(e.text.contains("held by pod h with fencing token 3"), "{}", e.text);
         assert!(e.text.contains("could not be read, 403 Forbidden"), "{}", e.text);
+    }
+
+    // Semaphores (`spec.maxHolders`): slot k's Lease is `l-slot-k` (slot 0: `l`).
+
+    fn sem_lock(max: i32, holders: &[(&str, i64, u32)]) -> DistributedLock {
+        let mut l = ready_lock(holders.first().map(|(n, t, _)| (*n, *t)));
+        l.spec.max_holders = Some(max);
+        let status = l.status.as_mut().unwrap();
+        status.holders = holders
+            .iter()
+            .map(|(n, t, k)| crate::crd::SlotHolderStatus {
+                name: n.to_string(),
+                uid: Some(format!("uid-{n}")),
+                token: *t,
+                slot: *k,
+            })
+            .collect();
+        l
+    }
+
+    /// Slot `k`'s Lease, granted at second 40 (acquireTime).
+    fn slot_lease(k: u32, holder: Option<(&str, i64)>) -> Lease {
+        let mut l = lease(holder);
+        l.metadata.name = Some(lease::slot_lease_name("l", k));
+        l.spec.as_mut().unwrap().acquire_time = holder.map(|_| {
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(Timestamp::from_second(1_800_000_040).unwrap())
+        });
+        l
+    }
+
+    fn claim_lease(k: u32, claim: &str, identity: &str, token: i64) -> Lease {
+        let mut l = slot_lease(k, Some((identity, token)));
+        let ann = l.metadata.annotations.as_mut().unwrap();
+        ann.insert("leasehold.dev/holder-uid".into(), format!("uid-{claim}"));
+        ann.insert("leasehold.dev/holder-kind".into(), "Claim".into());
+        l
+    }
+
+    fn slot_holder_pod(name: &str, token: i64, slot: u32) -> Pod {
+        let mut p = holder_pod(name, token);
+        p.metadata.annotations.as_mut().unwrap().insert(SLOT_ANNOTATION.into(), slot.to_string());
+        p
+    }
+
+    fn granted_claim(name: &str, identity: &str, token: i64, slot: u32) -> DistributedLockClaim {
+        let mut c = claim(name, identity, 0);
+        c.status = Some(
+            serde_json::from_value(json!({"phase": "Granted", "token": token, "slot": slot,
+                "leaseName": lease::slot_lease_name("l", slot)}))
+            .unwrap(),
+        );
+        c
+    }
+
+    /// maxHolders 2: h0 in slot 0 (token 4), h1 in slot 1 (token 5), waiters w1 (20 s), claim cl
+    /// (25 s), w2 (30 s).
+    fn sem_world() -> (DistributedLock, Vec<Lease>, Vec<Pod>, Vec<DistributedLockClaim>) {
+        let lock = sem_lock(2, &[("h0", 4, 0), ("h1", 5, 1)]);
+        let leases = vec![slot_lease(0, Some(("h0", 4))), slot_lease(1, Some(("h1", 5)))];
+        let pods = vec![slot_holder_pod("h0", 4, 0), slot_holder_pod("h1", 5, 1), waiter("w2", 30), waiter("w1", 20)];
+        (lock, leases, pods, vec![claim("cl", "laptop", 25)])
+    }
+
+    fn slots<'a>(lock: &DistributedLock, leases: &'a [Lease]) -> Vec<LeaseRead<'a>> {
+        slot_reads(NS, "l", Some(lock), Some(leases))
+    }
+
+    #[test]
+    fn a_semaphores_report_lists_every_slots_holder_and_none_of_them_waits() {
+        let (lock, leases, mut pods, claims) = sem_world();
+        // h1 granted but still gated: the slot Lease naming it keeps it out of the queue.
+        pods.retain(|p| p.name_any() != "h1");
+        pods.push(waiter("h1", 0));
+        let r = lock_report_slots(&lock, &slots(&lock, &leases), &pods, &claims, now());
+        let holders: Vec<(u32, &str, i64, &str, Option<&str>)> = r
+            .holders
+            .iter()
+            .map(|h| (h.slot, h.name.as_str(), h.token, h.lease_name.as_str(), h.kind.as_deref()))
+            .collect();
+        assert_eq!(holders, [(0, "h0", 4, "l", Some("Pod")), (1, "h1", 5, "l-slot-1", Some("Pod"))]);
+        assert_eq!(r.holders[1].held_seconds, Some(60));
+        assert_eq!(r.waiters.iter().map(|w| w.name.as_str()).collect::<Vec<_>>(), ["w1", "cl", "w2"]);
+        let doc = serde_json::to_value(&r).unwrap();
+        assert_eq!(doc["maxHolders"], 2, "{doc}");
+        assert_eq!(
+            doc["holders"][1],
+            json!({"slot": 1, "leaseName": "l-slot-1", "name": "h1", "kind": "Pod",
+            "token": 5, "since": ts(40), "heldSeconds": 60, "renewedSecondsAgo": 10}),
+            "{doc}"
+        );
+    }
+
+    #[test]
+    fn a_single_holder_locks_json_has_no_semaphore_fields() {
+        let (lock, lease, pods, claims) = world();
+        let doc = serde_json::to_value(lock_report(&lock, LeaseRead::Found(&lease), &pods, &claims, now())).unwrap();
+        assert!(doc.get("maxHolders").is_none() && doc.get("holders").is_none(), "{doc}");
+    }
+
+    #[test]
+    fn the_table_shows_a_semaphores_occupancy_and_a_row_per_slot() {
+        let (lock, leases, pods, claims) = sem_world();
+        let r = lock_report_slots(&lock, &slots(&lock, &leases), &pods, &claims, now());
+        let table = render_table(std::slice::from_ref(&r), false);
+        let lines: Vec<&str> = table.lines().collect();
+        assert!(lines[1].starts_with("l ") && lines[1].contains(" 2/2 holders "), "{table}");
+        assert!(lines[1].trim_end().ends_with(" 3"), "three waiting: {table}");
+        let at = lines.iter().position(|l| l.starts_with("LOCK   SLOT   HOLDER")).expect("a slot table");
+        let rows: Vec<Vec<&str>> =
+            lines[at + 1..at + 3].iter().map(|l| l.split_whitespace().take(6).collect()).collect();
+        assert_eq!(rows, [["l", "0", "h0", "Pod", "4", "l"], ["l", "1", "h1", "Pod", "5", "l-slot-1"]], "{table}");
+        assert!(table.contains("WAITER"), "{table}");
+        // A single-holder lock beside it keeps its own row, and has no slot rows.
+        let (single, lease, pods, claims) = world();
+        let both = render_table(&[lock_report(&single, LeaseRead::Found(&lease), &pods, &claims, now()), r], false);
+        assert_eq!(both.lines().filter(|l| l.starts_with("l ") && l.contains(" h ")).count(), 1, "{both}");
+        assert_eq!(both.lines().filter(|l| l.split_whitespace().nth(2) == Some("h")).count(), 0, "{both}");
+    }
+
+    #[test]
+    fn a_semaphore_holder_is_told_its_slot_token_and_lease() {
+        let (lock, leases, pods, claims) = sem_world();
+        let h1 = pods.iter().find(|p| p.name_any() == "h1").unwrap();
+        let e = explain_slots(h1, Some(&lock), &slots(&lock, &leases), &pods, &claims, now());
+        assert_eq!(e.verdict, Verdict::HoldsSlot { lock: "l".into(), token: 5, slot: 1 });
+        assert!(
+            e.text.contains("holds lock l with fencing token 5 in slot 1 of 2 (Lease l-slot-1, granted 1m ago)"),
+            "{}",
+            e.text
+        );
+    }
+
+    #[test]
+    fn a_semaphore_holder_whose_slot_lease_moved_on_has_lost_its_grant() {
+        let (lock, mut leases, pods, claims) = sem_world();
+        let h1 = pods.iter().find(|p| p.name_any() == "h1").unwrap();
+        let lost = Verdict::LostSlot { lock: "l".into(), token: 5, slot: 1 };
+        leases[1] = slot_lease(1, Some(("w1", 6)));
+        let e = explain_slots(h1, Some(&lock), &slots(&lock, &leases), &pods, &claims, now());
+        assert_eq!(e.verdict, lost);
+        assert!(e.text.contains("fencing token 5 in slot 1, but its Lease l-slot-1 now names w1"), "{}", e.text);
+        leases[1] = slot_lease(1, None);
+        let e = explain_slots(h1, Some(&lock), &slots(&lock, &leases), &pods, &claims, now());
+        assert!(e.verdict == lost && e.text.contains("its Lease l-slot-1 now names nobody"), "{}", e.text);
+        leases.truncate(1);
+        let e = explain_slots(h1, Some(&lock), &slots(&lock, &leases), &pods, &claims, now());
+        assert!(e.verdict == lost && e.text.contains("its Lease l-slot-1 does not exist"), "{}", e.text);
+    }
+
+    #[test]
+    fn a_semaphore_waiter_is_told_its_place_and_who_holds_every_slot() {
+        let (lock, leases, pods, claims) = sem_world();
+        let w2 = pods.iter().find(|p| p.name_any() == "w2").unwrap();
+        let e = explain_slots(w2, Some(&lock), &slots(&lock, &leases), &pods, &claims, now());
+        assert_eq!(e.verdict, Verdict::Waiting { lock: "l".into(), position: 3 });
+        assert!(
+            e.text.contains(
+                "for lock l, a semaphore whose 2 slots are all held: slot 0 by pod h0 (token 4), slot 1 by pod h1 (token 5). It is at position 3 of 3 in the queue, behind w1, claim cl (laptop)"
+            ),
+            "{}",
+            e.text
+        );
+        let w1 = pods.iter().find(|p| p.name_any() == "w1").unwrap();
+        let e = explain_slots(w1, Some(&lock), &slots(&lock, &leases), &pods, &claims, now());
+        assert!(
+            e.text.contains("position 1 of 3 in the queue: next to be granted when a slot is released"),
+            "{}",
+            e.text
+        );
+        assert!(!e.text.contains("is free"), "{}", e.text);
+    }
+
+    #[test]
+    fn a_semaphore_with_a_free_slot_grants_the_first_waiter_next() {
+        let (_, mut leases, mut pods, claims) = sem_world();
+        leases[1] = slot_lease(1, None);
+        pods.retain(|p| p.name_any() != "h1");
+        let lock = sem_lock(2, &[("h0", 4, 0)]);
+        let w1 = pods.iter().find(|p| p.name_any() == "w1").unwrap();
+        let e = explain_slots(w1, Some(&lock), &slots(&lock, &leases), &pods, &claims, now());
+        assert!(e.text.contains("a semaphore with 1 of its 2 slots held: slot 0 by pod h0 (token 4)"), "{}", e.text);
+        assert!(e.text.contains("next to be granted (waiting"), "{}", e.text);
+        assert!(e.text.contains("A slot is free, so the operator grants it on its next step"), "{}", e.text);
+        let w2 = pods.iter().find(|p| p.name_any() == "w2").unwrap();
+        let e = explain_slots(w2, Some(&lock), &slots(&lock, &leases), &pods, &claims, now());
+        assert!(!e.text.contains("A slot is free"), "only the first waiter takes the one free slot: {}", e.text);
+    }
+
+    #[test]
+    fn a_claim_is_explained_like_a_pod() {
+        let (lock, mut leases, pods, mut claims) = sem_world();
+        let cl = claims[0].clone();
+        let e = explain_claim(&cl, Some(&lock), &slots(&lock, &leases), &pods, &claims, now());
+        assert_eq!(e.verdict, Verdict::Waiting { lock: "l".into(), position: 2 });
+        assert!(
+            e.text.starts_with("Claim cl (laptop) waits for lock l, a semaphore whose 2 slots are all held"),
+            "{}",
+            e.text
+        );
+        assert!(e.text.contains("position 2 of 3 in the queue, behind w1 (waiting 1m15s"), "{}", e.text);
+        // The claim holds slot 1 instead of h1.
+        let held = granted_claim("cl", "laptop", 6, 1);
+        claims[0] = held.clone();
+        leases[1] = claim_lease(1, "cl", "laptop", 6);
+        let pods: Vec<Pod> = pods.into_iter().filter(|p| p.name_any() != "h1").collect();
+        let e = explain_claim(&held, Some(&lock), &slots(&lock, &leases), &pods, &claims, now());
+        assert_eq!(e.verdict, Verdict::HoldsSlot { lock: "l".into(), token: 6, slot: 1 });
+        assert!(
+            e.text.contains("Claim cl (laptop) holds lock l with fencing token 6 in slot 1 of 2 (Lease l-slot-1"),
+            "{}",
+            e.text
+        );
+        assert!(e.text.contains("no renewal for 15 s"), "{}", e.text);
+        let w1 = pods.iter().find(|p| p.name_any() == "w1").unwrap();
+        let e = explain_slots(w1, Some(&lock), &slots(&lock, &leases), &pods, &claims, now());
+        assert!(e.text.contains("slot 1 by claim holder laptop (token 6)"), "{}", e.text);
+        // Its slot Lease moved on.
+        leases[1] = slot_lease(1, Some(("w1", 7)));
+        let e = explain_claim(&held, Some(&lock), &slots(&lock, &leases), &pods, &claims, now());
+        assert_eq!(e.verdict, Verdict::LostSlot { lock: "l".into(), token: 6, slot: 1 });
+        assert!(e.text.contains("but its Lease l-slot-1 now names w1"), "{}", e.text);
+        // Rejected: done.
+        let mut rejected = claim("r", "ci", 1);
+        rejected.status = Some(serde_json::from_value(json!({"phase": "Rejected", "reason": "LockBusy"})).unwrap());
+        let e = explain_claim(&rejected, Some(&lock), &slots(&lock, &leases), &pods, &claims, now());
+        assert_eq!(e.verdict, Verdict::Done);
+        assert!(e.text.contains("Claim r (ci) gave up waiting for lock l (LockBusy"), "{}", e.text);
+    }
+
+    #[test]
+    fn without_read_access_to_leases_a_semaphores_holders_come_from_its_status() {
+        let (lock, _, pods, claims) = sem_world();
+        let forbidden = slot_reads(NS, "l", Some(&lock), None);
+        assert_eq!(forbidden.len(), 2);
+        let r = lock_report_slots(&lock, &forbidden, &pods, &claims, now());
+        let holders: Vec<(u32, &str, Option<&str>)> =
+            r.holders.iter().map(|h| (h.slot, h.name.as_str(), h.kind.as_deref())).collect();
+        assert_eq!(holders, [(0, "h0", None), (1, "h1", None)]);
+        assert_eq!(r.waiters.len(), 3);
+        let table = render_table(&[r], false);
+        assert!(table.contains("<forbidden>"), "{table}");
+        let w1 = pods.iter().find(|p| p.name_any() == "w1").unwrap();
+        let e = explain_slots(w1, Some(&lock), &forbidden, &pods, &claims, now());
+        assert!(e.text.contains("slot 1 by pod h1 (token 5)"), "{}", e.text);
+        assert!(e.text.contains("Leases of lock l could not be read, 403 Forbidden"), "{}", e.text);
+    }
+
+    #[test]
+    fn slot_reads_cover_holders_above_a_lowered_limit_and_only_this_locks_leases() {
+        let lock = sem_lock(1, &[("h0", 4, 0)]);
+        let mut other_ns = slot_lease(1, None);
+        other_ns.metadata.namespace = Some("elsewhere".into());
+        let mut other_lock = slot_lease(1, None);
+        other_lock.metadata.name = Some("m-slot-1".into());
+        let leases = vec![slot_lease(0, Some(("h0", 4))), slot_lease(2, Some(("h2", 6))), other_ns, other_lock];
+        let reads = slots(&lock, &leases);
+        assert_eq!(reads.len(), 3, "slots 0..=2: slot 2 still holds after maxHolders was lowered to 1");
+        assert!(matches!(reads[1], LeaseRead::Missing), "{:?}", reads[1]);
+        assert!(matches!(reads[2], LeaseRead::Found(l) if l.name_any() == "l-slot-2"));
+        // A single-holder lock reads slot 0 only.
+        assert_eq!(slot_reads(NS, "l", Some(&ready_lock(None)), Some(&leases)).len(), 1);
     }
 
     #[test]

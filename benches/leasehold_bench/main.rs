@@ -9,10 +9,11 @@
 //!
 //! Environment (all optional):
 //! - `BENCH_SIZE=quick` small sizes for development (default `full`, the sizes of the issue);
-//! - `BENCH_ONLY=handover,pods,failover,oneshot,throughput,open-loop,herd,lease-cost,repeats,scale,held`
+//! - `BENCH_ONLY=handover,pods,failover,oneshot,throughput,open-loop,herd,lease-cost,repeats,scale,held,semaphore`
 //!   a subset of the scenarios (`lease-cost`: the Lease crates' extra configurations; `repeats`:
 //!   repeats 2.. of Leasehold's handover, failover and throughput; `held`: the scale namespace
-//!   with held locks and waiters, after the scale setup);
+//!   with held locks and waiters, after the scale setup; `semaphore`: one lock with
+//!   `maxHolders`, Leasehold only);
 //! - `BENCH_LIBS=leasehold,kube-lease-manager,kube-leader-election` a subset of the libraries;
 //! - `BENCH_OPERATOR_BIN=path` runs another build of the operator (an A/B between commits whose
 //!   holder library is the same);
@@ -82,6 +83,12 @@ struct Config {
     held_waiters: usize,
     held_settle_s: u64,
     held_secs: u64,
+    /// Semaphore: the lock's `maxHolders`, the clients cycling through it, cycles per client, and
+    /// how long each holds (ms).
+    semaphore_max_holders: usize,
+    semaphore_clients: usize,
+    semaphore_rounds: usize,
+    semaphore_hold_ms: u64,
 }
 
 impl Config {
@@ -139,6 +146,10 @@ impl Config {
             held_waiters: n("HELD_WAITERS", 100, 10) as usize,
             held_settle_s: n("HELD_SETTLE_S", 10, 3),
             held_secs: n("HELD_SECS", 60, 10),
+            semaphore_max_holders: n("SEMAPHORE_MAX_HOLDERS", 5, 5) as usize,
+            semaphore_clients: n("SEMAPHORE_CLIENTS", 50, 20) as usize,
+            semaphore_rounds: n("SEMAPHORE_ROUNDS", 5, 2) as usize,
+            semaphore_hold_ms: n("SEMAPHORE_HOLD_MS", 100, 100),
         }
     }
 
@@ -200,6 +211,13 @@ impl Config {
             format!(
                 "{} pod holders, {} renewing claims, {} pod waiters; {} s window after {} s",
                 self.held_pods, self.held_claims, self.held_waiters, self.held_secs, self.held_settle_s
+            ),
+        );
+        put(
+            "semaphore",
+            format!(
+                "maxHolders {}, {} clients × {} cycles, hold {} ms",
+                self.semaphore_max_holders, self.semaphore_clients, self.semaphore_rounds, self.semaphore_hold_ms
             ),
         );
         m
@@ -433,6 +451,21 @@ async fn run() -> anyhow::Result<()> {
             )
             .await;
         }
+    }
+    // A semaphore under contention (Leasehold only: the Lease crates have no semaphore).
+    if lib_selected(OURS) && selected("semaphore") {
+        r.semaphore = step(
+            &mut r,
+            "semaphore/leasehold",
+            ours::semaphore(
+                &env,
+                cfg.semaphore_max_holders,
+                cfg.semaphore_clients,
+                cfg.semaphore_rounds,
+                ms(cfg.semaphore_hold_ms),
+            ),
+        )
+        .await;
     }
     // The herds count API requests on Leases: alone too.
     if selected("herd") {

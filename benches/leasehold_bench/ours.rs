@@ -1397,3 +1397,115 @@ async fn count_running(pods: &Api<Pod>) -> anyhow::Result<usize> {
         .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
         .count())
 }
+
+/// A semaphore under contention: one lock with `spec.maxHolders: max_holders` and `clients`
+/// holder-library clients (one connection pool, as one service with many workers), each doing
+/// `rounds` cycles of `acquire()`, hold `hold`, `release()` (a new claim per cycle, at the back of
+/// the queue). The first `max_holders` grants wait until the lock's status shows every other
+/// client queued, so the measured cycles start from a full semaphore with a full queue. Counted:
+/// every grant and the API requests from before the first claim to the last release.
+pub async fn semaphore(
+    env: &Env,
+    max_holders: usize,
+    clients: usize,
+    rounds: usize,
+    hold: Duration,
+) -> anyhow::Result<crate::results::Semaphore> {
+    let (ns, mut op) = setup(env, "semaphore", &["sem".into()], json!({"maxHolders": max_holders})).await?;
+    let locks: Api<DistributedLock> = Api::namespaced(env.client.clone(), &ns);
+    let client = env.new_client().await?;
+    let (gate_tx, gate_rx) = tokio::sync::watch::channel(false);
+    // Per grant: (acquire called, acquire returned, release called).
+    let cycles: Arc<Mutex<Vec<(Instant, Instant, Instant)>>> = Arc::default();
+    let errors = Arc::new(AtomicU64::new(0));
+    let m0 = env.api_counts().await?;
+    let started = Instant::now();
+    let mut tasks = vec![];
+    for i in 0..clients {
+        let h = Holder::new(client.clone(), &ns, "sem", &format!("worker-{i}"));
+        let (cycles, errors, mut gate) = (cycles.clone(), errors.clone(), gate_rx.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..rounds {
+                let called = Instant::now();
+                let guard = match h.acquire(Some(Duration::from_secs(600))).await {
+                    Ok(g) => g,
+                    Err(_) => {
+                        errors.fetch_add(1, Ordering::Relaxed);
+                        return;
+                    }
+                };
+                let granted = Instant::now();
+                // The first holders wait for the full queue (the gate), not counted as holding.
+                let _ = gate.wait_for(|open| *open).await;
+                tokio::time::sleep(hold).await;
+                let released = Instant::now();
+                if guard.release().await.is_err() {
+                    errors.fetch_add(1, Ordering::Relaxed);
+                }
+                cycles.lock().unwrap_or_else(|e| e.into_inner()).push((called, granted, released));
+            }
+        }));
+    }
+    let waiting = clients.saturating_sub(max_holders) as i32;
+    wait_status(&locks, "sem", waiting, None).await?;
+    let gate_at = Instant::now();
+    let _ = gate_tx.send(true);
+    for t in tasks {
+        let _ = tokio::time::timeout(Duration::from_secs(900), t).await;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let m1 = env.api_counts().await?;
+    op.kill();
+    env.finished(&ns);
+    let cycles = cycles.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let (release_to_grant, acquire_to_grant, max_concurrent) = semaphore_samples(&cycles, max_holders, gate_at);
+    Ok(crate::results::Semaphore {
+        method: format!(
+            "1 lock, maxHolders {max_holders}; {clients} Holder clients (one connection pool) × {rounds} cycles: acquire(), hold {} ms, release(); the first {max_holders} holders start holding once the lock's status shows the other {waiting} queued. release→grant: the i-th grant in time order (i ≥ {max_holders}) against the (i − {max_holders})-th release() call; acquire→grant: acquires called after that point",
+            hold.as_millis()
+        ),
+        max_holders,
+        clients,
+        grants: cycles.len(),
+        elapsed_s: elapsed,
+        release_to_grant: summarize(&release_to_grant),
+        acquire_to_grant: summarize(&acquire_to_grant),
+        max_concurrent,
+        traffic: traffic(&env.net(&m0, &m1, elapsed), &OUR_RESOURCES, cycles.len() as f64),
+        errors: errors.load(Ordering::Relaxed),
+        release_to_grant_ms: release_to_grant,
+        acquire_to_grant_ms: acquire_to_grant,
+    })
+}
+
+/// From a semaphore run's cycles (acquire called, acquire returned, release called): the
+/// release→grant samples (ms; grants sorted by time, the i-th for i >= `max_holders` against the
+/// (i − `max_holders`)-th release, whose slot it is the earliest that can take: at most
+/// `max_holders` hold at once), the acquire→grant samples (ms) of the acquires called at or after
+/// `from`, and the most holders at once as the clients saw them.
+pub fn semaphore_samples(
+    cycles: &[(Instant, Instant, Instant)],
+    max_holders: usize,
+    from: Instant,
+) -> (Vec<f64>, Vec<f64>, usize) {
+    let mut grants: Vec<Instant> = cycles.iter().map(|c| c.1).collect();
+    let mut releases: Vec<Instant> = cycles.iter().map(|c| c.2).collect();
+    grants.sort();
+    releases.sort();
+    let release_to_grant = grants
+        .iter()
+        .skip(max_holders)
+        .zip(&releases)
+        .map(|(g, r)| if g >= r { ms(g.duration_since(*r)) } else { -ms(r.duration_since(*g)) })
+        .collect();
+    let acquire_to_grant = cycles.iter().filter(|c| c.0 >= from).map(|c| ms(c.1.duration_since(c.0))).collect();
+    // +1 at a grant, −1 at a release; a release at the same instant as a grant comes first.
+    let mut edges: Vec<(Instant, i32)> = cycles.iter().flat_map(|c| [(c.1, 1), (c.2, -1)]).collect();
+    edges.sort();
+    let (mut now, mut max) = (0i32, 0i32);
+    for (_, d) in edges {
+        now += d;
+        max = max.max(now);
+    }
+    (release_to_grant, acquire_to_grant, max as usize)
+}

@@ -356,6 +356,23 @@ pub fn markdown(r: &Results) -> String {
             num(h.load.api_writes_per_s_leasehold, 1)
         );
     }
+    if let Some(x) = &r.semaphore {
+        let _ = writeln!(
+            o,
+            "| 7 | semaphore (maxHolders {}, {} clients, {} grants) | release → next grant p50 / p99 / max; acquire() → grant p50 / p99; API writes / requests per grant; most holders at once | {}; {} / {}; {:.1} / {:.1}; {} | n/a | n/a | ≤ {} at once | {} |",
+            x.max_holders,
+            x.clients,
+            x.grants,
+            lat(&x.release_to_grant),
+            fmt_ms(x.acquire_to_grant.p50),
+            fmt_ms(x.acquire_to_grant.p99),
+            z(x.traffic.writes_per),
+            z(x.traffic.requests_per),
+            x.max_concurrent,
+            x.max_holders,
+            if x.max_concurrent <= x.max_holders && x.errors == 0 { "met" } else { "**missed**" }
+        );
+    }
     let _ = writeln!(o);
     extra_tables(&mut o, r);
     if let Some(t) = &r.throughput {
@@ -374,6 +391,15 @@ pub fn markdown(r: &Results) -> String {
             o,
             "Herd, {k}: per handover {}. {}\n",
             x.traffic.breakdown_per.iter().take(8).map(|(k, v)| format!("{k} {v:.2}")).collect::<Vec<_>>().join(", "),
+            x.method
+        );
+    }
+    if let Some(x) = &r.semaphore {
+        let _ = writeln!(
+            o,
+            "Semaphore: per grant {}; {} errors. {}\n",
+            x.traffic.breakdown_per.iter().take(10).map(|(k, v)| format!("{k} {v:.2}")).collect::<Vec<_>>().join(", "),
+            x.errors,
             x.method
         );
     }

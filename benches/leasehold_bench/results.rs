@@ -333,6 +333,39 @@ pub struct Herd {
     pub method: String,
 }
 
+/// A semaphore (`spec.maxHolders`) under contention: holder-library clients cycle through its
+/// slots (acquire, hold, release, acquire again).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Semaphore {
+    /// How it was run and what a sample is.
+    pub method: String,
+    /// The lock's `spec.maxHolders`.
+    pub max_holders: usize,
+    /// Clients (one claim at a time each, holding or waiting).
+    pub clients: usize,
+    /// Grants counted (every `acquire()` that returned in the window).
+    pub grants: usize,
+    /// Wall time of the counted window, seconds.
+    pub elapsed_s: f64,
+    /// A slot's `release()` called -> the next holder's `acquire()` returns (ms): the i-th
+    /// grant (in time order, i >= maxHolders) against the (i − maxHolders)-th release.
+    pub release_to_grant: Summary,
+    /// `acquire()` called -> it returns (ms), for the acquires called after every client had
+    /// queued (includes the wait for a slot).
+    pub acquire_to_grant: Summary,
+    /// The most holders at once as the clients saw them (acquire returned .. release called):
+    /// at most `max_holders`, else a client held beyond its grant.
+    pub max_concurrent: usize,
+    /// API traffic per grant (whole window: claims created, grants, renewals, releases, status).
+    pub traffic: Traffic,
+    /// Failed acquires or releases.
+    pub errors: u64,
+    /// Raw samples of `release_to_grant`, ms.
+    pub release_to_grant_ms: Vec<f64>,
+    /// Raw samples of `acquire_to_grant`, ms.
+    pub acquire_to_grant_ms: Vec<f64>,
+}
+
 /// Scenario 6.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Scale {
@@ -419,6 +452,8 @@ pub struct Results {
     pub herd: BTreeMap<String, Herd>,
     /// Scenario 6.
     pub scale: Option<Scale>,
+    /// A semaphore under contention (`BENCH_ONLY=semaphore`).
+    pub semaphore: Option<Semaphore>,
     /// Wall time per scenario, seconds.
     pub wall_s: BTreeMap<String, f64>,
     /// What failed or could not be run.
