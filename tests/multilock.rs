@@ -321,7 +321,7 @@ impl World {
     fn patch_pod(&mut self, view: &mut View, g: &Grant, f: impl FnOnce(&mut PodObj)) -> bool {
         let i = pod_of(&g.identity);
         let rv = self.rv();
-        let ok = match (self.api.pods[i].as_mut(), view.pods[i].as_ref()) {
+        match (self.api.pods[i].as_mut(), view.pods[i].as_ref()) {
             (Some(p), Some(seen)) if uid_of(i, p.uid) == g.uid && p.rv == seen.rv => {
                 f(p);
                 p.rv = rv;
@@ -329,8 +329,7 @@ impl World {
                 true
             }
             _ => false,
-        };
-        ok
+        }
     }
 
     fn cas_lease(&mut self, l: usize, view: &mut View, holder: Option<&Grant>) -> bool {
@@ -522,11 +521,8 @@ impl Model for MultiModel {
             match p {
                 None if w.created & (1 << i) == 0 => out.push(Action::Created(i)),
                 None => {}
-                Some(p) if p.gated => {
-                    if self.cfg.deletes && w.deleted & (1 << i) == 0 {
-                        out.push(Action::Deleted(i));
-                    }
-                }
+                Some(p) if p.gated && self.cfg.deletes && w.deleted & (1 << i) == 0 => out.push(Action::Deleted(i)),
+                Some(p) if p.gated => {}
                 Some(p) if p.phase == PodPhase::Pending => out.push(Action::Starts(i)),
                 Some(p) if p.phase == PodPhase::Running => out.push(Action::Succeeds(i)),
                 Some(_) => {}
