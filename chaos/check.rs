@@ -2,6 +2,11 @@
 //! reports what broke the promise. Pure: no I/O, so its verdicts have unit tests of their own.
 //!
 //! Times are nanoseconds of `CLOCK_MONOTONIC`, one clock for every process of the run.
+//!
+//! A lock with `maxHolders: N` (a semaphore; N = 1 for a plain lock) promises at most N holders at
+//! once, at most one in each of its slots 0..N, tokens unique across the lock and strictly
+//! increasing within a slot (not across slots: a grant reserved earlier can land later in another
+//! slot). The checker holds every lock to that, per lock and per slot.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -30,6 +35,9 @@ pub struct Section {
     pub kind: Kind,
     /// Fencing token it held with.
     pub token: i64,
+    /// Semaphore slot of the grant (0 for a single-holder lock; absent in older histories).
+    #[serde(default)]
+    pub slot: u32,
     /// Start, ns.
     pub start: u64,
     /// End, ns (`u64::MAX` when it never ended within the run).
@@ -47,9 +55,12 @@ pub struct Write {
     pub writer: String,
     /// Token written with.
     pub token: i64,
+    /// The writer's slot: the sink fences each (lock, slot) on its own (see `sink`).
+    #[serde(default)]
+    pub slot: u32,
     /// When it was sent, ns.
     pub at: u64,
-    /// Whether the sink accepted it (token >= the highest it had accepted for the lock).
+    /// Whether the sink accepted it (token >= the highest it had accepted for the lock's slot).
     pub accepted: bool,
 }
 
@@ -77,20 +88,27 @@ pub enum Allowed {
     NodeLoss,
 }
 
-/// Two sections of one lock that overlapped.
+/// Two sections of one slot of a lock that overlapped, or more sections of one lock at once than
+/// its limit.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Overlap {
     /// Lock name.
     pub lock: String,
-    /// The holder with the lower token.
+    /// `Some(k)`: two sections in slot k (for a single-holder lock, slot 0: any two sections).
+    /// `None`: more sections than the lock's `maxHolders` ran at once (checked for N > 1).
+    pub slot: Option<u32>,
+    /// Two in a slot: the holder with the lower token. Over the limit: every holder already
+    /// running when `newer` started, in start order, comma-separated.
     pub older: String,
-    /// The other one.
+    /// The holder whose start made the overlap.
     pub newer: String,
-    /// Overlap length, ns.
+    /// Overlap length, ns (over the limit: until no more than the limit ran).
     pub ns: u64,
     /// `Some` when the overlap is allowed, and why; `None`: forbidden.
     pub allowed: Option<Allowed>,
-    /// Why it is forbidden, when it is.
+    /// The holders the allowance excuses (paused or node lost, and every late write rejected).
+    pub excused: Vec<String>,
+    /// Why it is allowed or forbidden.
     pub why: String,
 }
 
@@ -99,9 +117,14 @@ pub struct Overlap {
 pub struct Report {
     /// Sections (grants) per lock.
     pub grants: BTreeMap<String, usize>,
-    /// Tokens that went backwards or repeated in grant order: (lock, holder, token, previous).
+    /// Tokens that repeated anywhere in a lock (previous = the token itself), or went backwards
+    /// in grant order within one slot: (lock, holder, token, previous).
     pub token_errors: Vec<(String, String, i64, i64)>,
-    /// Writes the sink accepted with a token below one it had accepted before.
+    /// Sections in a slot at or above their lock's limit: (lock, holder, slot).
+    pub slot_errors: Vec<(String, String, u32)>,
+    /// The most sections of each lock that ran at once (excused ones included).
+    pub peak: BTreeMap<String, usize>,
+    /// Writes the sink accepted with a token below one it had accepted before for the same slot.
     pub sink_errors: Vec<Write>,
     /// Writes the sink rejected (stale tokens stopped at the resource).
     pub stale_rejected: usize,
@@ -115,19 +138,22 @@ impl Report {
         self.overlaps.iter().filter(|o| o.allowed.is_none())
     }
 
-    /// True when the promise held: no bad token, no bad sink write, no forbidden overlap.
+    /// True when the promise held: no bad token or slot, no bad sink write, no forbidden overlap.
     pub fn ok(&self) -> bool {
-        self.token_errors.is_empty() && self.sink_errors.is_empty() && self.forbidden().next().is_none()
+        self.token_errors.is_empty()
+            && self.slot_errors.is_empty()
+            && self.sink_errors.is_empty()
+            && self.forbidden().next().is_none()
     }
 }
 
 /// Sections of the `leasehold lock` commands from the section log's lines (JSON: `ev`, `lock`,
-/// `holder`, `token`, `t`), and how many lines could not be read. A section ends at its `end`
+/// `holder`, `token`, `slot` (absent: 0), `t`), and how many lines could not be read. A section ends at its `end`
 /// line (the command recorded it); one killed before it could (SIGKILL by the watchdog or the
 /// supervisor) ends when the runner saw its process gone (`dead`, polled every 10 ms: an upper
 /// bound); one with neither ran until the run ended.
 pub fn sections_from_log(text: &str) -> (Vec<Section>, usize) {
-    let mut open: BTreeMap<(String, i64), (String, u64)> = BTreeMap::new();
+    let mut open: BTreeMap<(String, i64), (String, u32, u64)> = BTreeMap::new();
     let (mut out, mut bad) = (vec![], 0);
     for line in text.lines() {
         let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
@@ -140,65 +166,83 @@ pub fn sections_from_log(text: &str) -> (Vec<Section>, usize) {
             v["t"].as_u64().unwrap_or(0),
         );
         let lock = v["lock"].as_str().unwrap_or("").to_string();
+        let slot = v["slot"].as_u64().unwrap_or(0) as u32;
         match v["ev"].as_str() {
             Some("start") => {
-                open.insert((holder, token), (lock, t));
+                open.insert((holder, token), (lock, slot, t));
             }
             Some("end" | "dead") => {
-                if let Some((lock, start)) = open.remove(&(holder.clone(), token)) {
-                    out.push(Section { lock, holder, kind: Kind::Cli, token, start, end: t });
+                if let Some((lock, slot, start)) = open.remove(&(holder.clone(), token)) {
+                    out.push(Section { lock, holder, kind: Kind::Cli, token, slot, start, end: t });
                 }
             }
             _ => {}
         }
     }
-    out.extend(open.into_iter().map(|((holder, token), (lock, start))| Section {
+    out.extend(open.into_iter().map(|((holder, token), (lock, slot, start))| Section {
         lock,
         holder,
         kind: Kind::Cli,
         token,
+        slot,
         start,
         end: u64::MAX,
     }));
     (out, bad)
 }
 
-/// Checks a history. Faults of kind `holder-pause` (target: holder identity) and `node-loss`
-/// (target: `*`, every pod) are the only ones that allow an overlap (not `holder-cut`: a holder
-/// cut off from the API server stops itself at its renew deadline, inside the lease), and only when every write
-/// the older holder made after the newer one started was rejected by the sink.
-pub fn check(sections: &[Section], writes: &[Write], faults: &[Fault]) -> Report {
+/// Checks a history. `limits` gives each semaphore's `maxHolders` (a lock not in it: 1).
+///
+/// Per lock: no token twice (across its slots), tokens strictly increasing in grant order within
+/// each slot, no slot at or above the limit, and two sections of one slot never overlap; a
+/// semaphore (limit N > 1) also never has more than N sections at once. Faults of kind
+/// `holder-pause` (target: holder identity) and `node-loss` (target: `*`, every pod) are the only
+/// ones that excuse a section from these (not `holder-cut`: a holder cut off from the API server
+/// stops itself at its renew deadline, inside the lease), and only when every write it made after
+/// the newer section started was rejected by the sink.
+pub fn check(sections: &[Section], writes: &[Write], faults: &[Fault], limits: &BTreeMap<String, u32>) -> Report {
     let mut report = Report::default();
     let mut by_lock: BTreeMap<&str, Vec<&Section>> = BTreeMap::new();
     for s in sections {
         by_lock.entry(&s.lock).or_default().push(s);
     }
     for (lock, list) in &mut by_lock {
+        let limit = limits.get(*lock).copied().unwrap_or(1).max(1);
         list.sort_by_key(|s| (s.start, s.token));
         report.grants.insert(lock.to_string(), list.len());
-        // 1. Tokens strictly increase in grant order and never repeat.
+        // 1. Tokens never repeat in the lock and strictly increase in grant order per slot.
         let mut seen = BTreeSet::new();
-        let mut prev: Option<i64> = None;
+        let mut prev: BTreeMap<u32, i64> = BTreeMap::new();
         for s in list.iter() {
-            if !seen.insert(s.token) || prev.is_some_and(|p| s.token <= p) {
-                report.token_errors.push((lock.to_string(), s.holder.clone(), s.token, prev.unwrap_or(0)));
+            let before = prev.get(&s.slot).copied();
+            if !seen.insert(s.token) {
+                report.token_errors.push((lock.to_string(), s.holder.clone(), s.token, s.token));
+            } else if before.is_some_and(|p| s.token <= p) {
+                report.token_errors.push((lock.to_string(), s.holder.clone(), s.token, before.unwrap_or(0)));
             }
-            prev = Some(prev.map_or(s.token, |p| p.max(s.token)));
+            prev.insert(s.slot, before.map_or(s.token, |p| p.max(s.token)));
+            if s.slot >= limit {
+                report.slot_errors.push((lock.to_string(), s.holder.clone(), s.slot));
+            }
         }
-        // 3. Overlaps.
-        for (i, a) in list.iter().enumerate() {
-            for b in &list[i + 1..] {
-                if b.start >= a.end {
-                    continue;
-                }
-                let (older, newer) = if a.token <= b.token { (a, b) } else { (b, a) };
+        // 3. Overlaps: at each start, the sections still running.
+        let mut peak = 0;
+        for (i, b) in list.iter().enumerate() {
+            let running: Vec<&Section> = list[..i].iter().filter(|a| a.end > b.start).copied().collect();
+            peak = peak.max(running.len() + 1);
+            for a in running.iter().filter(|a| a.slot == b.slot) {
+                let (older, newer) = if a.token <= b.token { (*a, *b) } else { (*b, *a) };
                 let overlap = a.end.min(b.end) - b.start;
                 report.overlaps.push(classify(lock, older, newer, overlap, writes, faults));
             }
+            if limit > 1 && running.len() + 1 > limit as usize {
+                report.overlaps.push(over_limit(lock, limit as usize, &running, b, writes, faults));
+            }
         }
+        report.peak.insert(lock.to_string(), peak);
     }
-    // 2. The sink never accepted a lower token than one it had accepted.
-    let mut highest: BTreeMap<&str, i64> = BTreeMap::new();
+    // 2. The sink never accepted a lower token than one it had accepted for the same slot.
+    let mut highest: BTreeMap<(&str, u32), i64> = BTreeMap::new();
     let mut ordered: Vec<&Write> = writes.iter().collect();
     ordered.sort_by_key(|w| w.seq);
     for w in ordered {
@@ -206,7 +250,7 @@ pub fn check(sections: &[Section], writes: &[Write], faults: &[Fault]) -> Report
             report.stale_rejected += 1;
             continue;
         }
-        let h = highest.entry(&w.lock).or_insert(i64::MIN);
+        let h = highest.entry((&w.lock, w.slot)).or_insert(i64::MIN);
         if w.token < *h {
             report.sink_errors.push(w.clone());
         }
@@ -215,18 +259,16 @@ pub fn check(sections: &[Section], writes: &[Write], faults: &[Fault]) -> Report
     report
 }
 
-fn classify(lock: &str, older: &Section, newer: &Section, ns: u64, writes: &[Write], faults: &[Fault]) -> Overlap {
-    let base = |allowed, why: String| Overlap {
-        lock: lock.into(),
-        older: older.holder.clone(),
-        newer: newer.holder.clone(),
-        ns,
-        allowed,
-        why,
-    };
-    if older.token == newer.token {
-        return base(None, format!("same token {}", older.token));
-    }
+/// Whether a fault excuses section `older` from a section that started at `from`: it was paused
+/// (or its pod's node lost) while it ran, and the sink rejected every write it made from `from`
+/// on. `Ok((cause, rejected late writes))`, or why not.
+fn excuse(
+    lock: &str,
+    older: &Section,
+    from: u64,
+    writes: &[Write],
+    faults: &[Fault],
+) -> Result<(Allowed, usize), String> {
     let during = |f: &&Fault| f.start < older.end && f.end > older.start;
     let cause = faults.iter().filter(during).find_map(|f| match f.kind.as_str() {
         "holder-pause" if f.target == older.holder => Some(Allowed::PausedHolder),
@@ -234,15 +276,77 @@ fn classify(lock: &str, older: &Section, newer: &Section, ns: u64, writes: &[Wri
         _ => None,
     });
     let Some(cause) = cause else {
-        return base(None, "no fault explains it: two holders ran at once".into());
+        return Err("no fault explains it".into());
     };
     let late: Vec<&Write> = writes
         .iter()
-        .filter(|w| w.lock == lock && w.writer == older.holder && w.token == older.token && w.at >= newer.start)
+        .filter(|w| w.lock == lock && w.writer == older.holder && w.token == older.token && w.at >= from)
         .collect();
     match late.iter().find(|w| w.accepted) {
-        Some(w) => base(None, format!("a late write of the older holder (token {}) was accepted", w.token)),
-        None => base(Some(cause), format!("{} late write(s) rejected", late.len())),
+        Some(w) => Err(format!("a late write of the older holder (token {}) was accepted", w.token)),
+        None => Ok((cause, late.len())),
+    }
+}
+
+/// Two sections of one slot.
+fn classify(lock: &str, older: &Section, newer: &Section, ns: u64, writes: &[Write], faults: &[Fault]) -> Overlap {
+    let base = |allowed, excused: Vec<String>, why: String| Overlap {
+        lock: lock.into(),
+        slot: Some(newer.slot),
+        older: older.holder.clone(),
+        newer: newer.holder.clone(),
+        ns,
+        allowed,
+        excused,
+        why,
+    };
+    if older.token == newer.token {
+        return base(None, vec![], format!("same token {}", older.token));
+    }
+    match excuse(lock, older, newer.start, writes, faults) {
+        Ok((cause, late)) => base(Some(cause), vec![older.holder.clone()], format!("{late} late write(s) rejected")),
+        Err(why) => base(None, vec![], format!("{why}: two holders ran at once in slot {}", newer.slot)),
+    }
+}
+
+/// `newer` started while `running` ran, more than `limit` in all: allowed only when enough of
+/// `running` are excused (see [`excuse`]) to leave no more than `limit`.
+fn over_limit(
+    lock: &str,
+    limit: usize,
+    running: &[&Section],
+    newer: &Section,
+    writes: &[Write],
+    faults: &[Fault],
+) -> Overlap {
+    let count = running.len() + 1;
+    let mut ends: Vec<u64> = running.iter().chain(std::iter::once(&newer)).map(|s| s.end).collect();
+    ends.sort_unstable();
+    let ns = ends[count - limit - 1].saturating_sub(newer.start);
+    let (mut excused, mut causes, mut refused) = (vec![], vec![], vec![]);
+    for a in running {
+        match excuse(lock, a, newer.start, writes, faults) {
+            Ok((cause, _)) => {
+                excused.push(a.holder.clone());
+                causes.push(cause);
+            }
+            Err(why) => refused.push(format!("{}: {why}", a.holder)),
+        }
+    }
+    let ok = count - excused.len() <= limit;
+    Overlap {
+        lock: lock.into(),
+        slot: None,
+        older: running.iter().map(|a| a.holder.as_str()).collect::<Vec<_>>().join(","),
+        newer: newer.holder.clone(),
+        ns,
+        allowed: if ok { causes.first().copied() } else { None },
+        excused: if ok { excused } else { vec![] },
+        why: if ok {
+            format!("{count} holders at once (limit {limit}), the excess excused")
+        } else {
+            format!("{count} holders at once (limit {limit}); not excused: {}", refused.join("; "))
+        },
     }
 }
 
@@ -253,10 +357,26 @@ mod tests {
     use super::*;
 
     fn s(holder: &str, token: i64, start: u64, end: u64) -> Section {
-        Section { lock: "l".into(), holder: holder.into(), kind: Kind::Cli, token, start, end }
+        Section { lock: "l".into(), holder: holder.into(), kind: Kind::Cli, token, slot: 0, start, end }
     }
     fn w(seq: i64, writer: &str, token: i64, at: u64, accepted: bool) -> Write {
-        Write { seq, lock: "l".into(), writer: writer.into(), token, at, accepted }
+        Write { seq, lock: "l".into(), writer: writer.into(), token, slot: 0, at, accepted }
+    }
+    /// A section in semaphore slot `slot`.
+    fn ss(holder: &str, slot: u32, token: i64, start: u64, end: u64) -> Section {
+        Section { slot, ..s(holder, token, start, end) }
+    }
+    /// A write to slot `slot`.
+    fn ws(seq: i64, writer: &str, slot: u32, token: i64, at: u64, accepted: bool) -> Write {
+        Write { slot, ..w(seq, writer, token, at, accepted) }
+    }
+    /// Lock "l" is a plain lock.
+    fn check_lock(sections: &[Section], writes: &[Write], faults: &[Fault]) -> Report {
+        check(sections, writes, faults, &BTreeMap::new())
+    }
+    /// Lock "l" has `maxHolders: n`.
+    fn check_semaphore(n: u32, sections: &[Section], writes: &[Write], faults: &[Fault]) -> Report {
+        check(sections, writes, faults, &BTreeMap::from([("l".to_string(), n)]))
     }
     fn pause(target: &str, start: u64, end: u64) -> Fault {
         Fault { kind: "holder-pause".into(), target: target.into(), start, end }
@@ -264,14 +384,15 @@ mod tests {
 
     #[test]
     fn one_holder_after_another_is_clean() {
-        let r = check(&[s("a", 1, 0, 10), s("b", 2, 10, 20)], &[w(1, "a", 1, 5, true), w(2, "b", 2, 15, true)], &[]);
+        let r =
+            check_lock(&[s("a", 1, 0, 10), s("b", 2, 10, 20)], &[w(1, "a", 1, 5, true), w(2, "b", 2, 15, true)], &[]);
         assert!(r.ok(), "{r:?}");
         assert_eq!(r.grants["l"], 2);
     }
 
     #[test]
     fn an_overlap_without_a_fault_is_forbidden() {
-        let r = check(&[s("a", 1, 0, 15), s("b", 2, 10, 20)], &[], &[]);
+        let r = check_lock(&[s("a", 1, 0, 15), s("b", 2, 10, 20)], &[], &[]);
         assert!(!r.ok());
         assert_eq!(r.forbidden().count(), 1);
         assert_eq!(r.overlaps[0].ns, 5);
@@ -282,13 +403,13 @@ mod tests {
         let sections = [s("a", 1, 0, 30), s("b", 2, 10, 20)];
         let faults = [pause("a", 5, 25)];
         let rejected = [w(1, "b", 2, 12, true), w(2, "a", 1, 26, false)];
-        let r = check(&sections, &rejected, &faults);
+        let r = check_lock(&sections, &rejected, &faults);
         assert!(r.ok(), "{r:?}");
         assert_eq!(r.overlaps[0].allowed, Some(Allowed::PausedHolder));
         assert_eq!(r.stale_rejected, 1);
         let accepted = [w(1, "a", 1, 26, true)];
-        assert!(!check(&sections, &accepted, &faults).ok(), "a late write that got through");
-        assert!(!check(&sections, &rejected, &[pause("b", 5, 25)]).ok(), "the pause hit the other holder");
+        assert!(!check_lock(&sections, &accepted, &faults).ok(), "a late write that got through");
+        assert!(!check_lock(&sections, &rejected, &[pause("b", 5, 25)]).ok(), "the pause hit the other holder");
     }
 
     #[test]
@@ -296,7 +417,7 @@ mod tests {
         // Its supervisor must stop it at the renew deadline, before the lease lets anyone else in.
         let sections = [s("a", 1, 0, 30), s("b", 2, 10, 20)];
         let cut = [Fault { kind: "holder-cut".into(), target: "a".into(), start: 5, end: 25 }];
-        let r = check(&sections, &[w(1, "a", 1, 26, false)], &cut);
+        let r = check_lock(&sections, &[w(1, "a", 1, 26, false)], &cut);
         assert_eq!(r.forbidden().count(), 1, "{r:?}");
     }
 
@@ -324,9 +445,78 @@ mod tests {
 
     #[test]
     fn repeated_or_decreasing_tokens_and_a_sink_that_went_back_are_reported() {
-        let r = check(&[s("a", 2, 0, 10), s("b", 2, 10, 20), s("c", 1, 20, 30)], &[], &[]);
+        let r = check_lock(&[s("a", 2, 0, 10), s("b", 2, 10, 20), s("c", 1, 20, 30)], &[], &[]);
         assert_eq!(r.token_errors.len(), 2, "{r:?}");
-        let r = check(&[], &[w(1, "a", 5, 0, true), w(2, "b", 4, 1, true)], &[]);
+        let r = check_lock(&[], &[w(1, "a", 5, 0, true), w(2, "b", 4, 1, true)], &[]);
         assert_eq!(r.sink_errors.len(), 1);
+    }
+
+    #[test]
+    fn a_semaphore_allows_n_holders_at_once_and_flags_the_n_plus_first() {
+        // maxHolders 2: two at once in slots 0 and 1 are the promise, not an overlap.
+        let two = [ss("a", 0, 1, 0, 30), ss("b", 1, 2, 5, 30)];
+        let r = check_semaphore(2, &two, &[ws(1, "a", 0, 1, 1, true), ws(2, "b", 1, 2, 6, true)], &[]);
+        assert!(r.ok(), "{r:?}");
+        assert!(r.overlaps.is_empty(), "{r:?}");
+        assert_eq!(r.peak["l"], 2);
+        // The same history on a plain lock is a double grant.
+        assert!(!check_lock(&[s("a", 1, 0, 30), s("b", 2, 5, 30)], &[], &[]).ok());
+
+        // A third at once, in slot 1 beside b: over the limit, and two holders in slot 1.
+        let three = [ss("a", 0, 1, 0, 30), ss("b", 1, 2, 5, 30), ss("c", 1, 3, 10, 20)];
+        let r = check_semaphore(2, &three, &[], &[]);
+        assert!(!r.ok());
+        assert_eq!(r.peak["l"], 3);
+        let over: Vec<&Overlap> = r.forbidden().filter(|o| o.slot.is_none()).collect();
+        assert_eq!(over.len(), 1, "{r:?}");
+        assert_eq!((over[0].older.as_str(), over[0].newer.as_str(), over[0].ns), ("a,b", "c", 10));
+        assert!(r.forbidden().any(|o| o.slot == Some(1) && o.older == "b" && o.newer == "c"), "{r:?}");
+
+        // A third in a slot of its own (2, beyond the limit): the limit alone catches it.
+        let beside = [ss("a", 0, 1, 0, 30), ss("b", 1, 2, 5, 30), ss("c", 2, 3, 10, 20)];
+        let r = check_semaphore(2, &beside, &[], &[]);
+        assert_eq!(r.forbidden().count(), 1, "{r:?}");
+        assert_eq!(r.forbidden().next().unwrap().slot, None);
+        assert_eq!(r.slot_errors, [("l".to_string(), "c".to_string(), 2)]);
+        // With a limit of 3 the same three are fine.
+        assert!(check_semaphore(3, &beside, &[], &[]).ok());
+    }
+
+    #[test]
+    fn a_semaphore_overlap_past_the_limit_is_allowed_only_for_a_paused_holder_whose_late_writes_were_rejected() {
+        // a (slot 0) paused past its lease, slot 0 granted again to c while b holds slot 1.
+        let sections = [ss("a", 0, 1, 0, 40), ss("b", 1, 2, 0, 50), ss("c", 0, 3, 10, 30)];
+        let faults = [pause("a", 5, 35)];
+        let rejected = [ws(1, "c", 0, 3, 11, true), ws(2, "a", 0, 1, 36, false)];
+        let r = check_semaphore(2, &sections, &rejected, &faults);
+        assert!(r.ok(), "{r:?}");
+        assert_eq!(r.overlaps.len(), 2, "slot 0's pair and the limit: {r:?}");
+        assert!(r.overlaps.iter().all(|o| o.allowed == Some(Allowed::PausedHolder) && o.excused == ["a"]));
+        let accepted = [ws(1, "a", 0, 1, 36, true)];
+        let r = check_semaphore(2, &sections, &accepted, &faults);
+        assert_eq!(r.forbidden().count(), 2, "a late write that got through: {r:?}");
+        assert!(!check_semaphore(2, &sections, &rejected, &[pause("b", 5, 35)]).ok(), "the pause hit b");
+    }
+
+    #[test]
+    fn a_semaphore_token_repeated_across_slots_or_going_back_within_a_slot_is_reported() {
+        // The same token in slots 0 and 1 (within the limit, so no overlap to report).
+        let r = check_semaphore(2, &[ss("a", 0, 5, 0, 10), ss("b", 1, 5, 2, 12)], &[], &[]);
+        assert_eq!(r.token_errors, [("l".to_string(), "b".to_string(), 5, 5)], "{r:?}");
+        assert!(r.forbidden().next().is_none());
+        // A lower token after a higher one in another slot is allowed (reserved earlier, landed
+        // later); within one slot it is not.
+        assert!(check_semaphore(2, &[ss("a", 0, 6, 0, 10), ss("b", 1, 5, 2, 12)], &[], &[]).ok());
+        let r = check_semaphore(2, &[ss("a", 0, 6, 0, 10), ss("b", 0, 5, 12, 20)], &[], &[]);
+        assert_eq!(r.token_errors, [("l".to_string(), "b".to_string(), 5, 6)], "{r:?}");
+    }
+
+    #[test]
+    fn the_sink_is_checked_per_slot() {
+        // Slot 1 takes token 4 after slot 0 took 5: two high-water marks, no error.
+        let r = check_semaphore(2, &[], &[ws(1, "a", 0, 5, 0, true), ws(2, "b", 1, 4, 1, true)], &[]);
+        assert!(r.ok(), "{r:?}");
+        let r = check_semaphore(2, &[], &[ws(1, "a", 0, 5, 0, true), ws(2, "b", 0, 4, 1, true)], &[]);
+        assert_eq!(r.sink_errors.len(), 1, "{r:?}");
     }
 }

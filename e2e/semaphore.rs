@@ -236,7 +236,7 @@ async fn semaphore_claims_renew_and_release_their_slot_lease() {
     // A short lease: a holder that renewed the wrong Lease would lose its grant within seconds.
     ns.create_lock("pool", json!({"maxHolders": 2, "leaseDurationSeconds": 3})).await;
     ns.start_operator(&[]);
-    let script = "echo token=$LEASEHOLD_FENCING_TOKEN; sleep 12; echo done";
+    let script = "echo token=$LEASEHOLD_FENCING_TOKEN; echo slot=$LEASEHOLD_SLOT; sleep 12; echo done";
     let mut one = ns.lock_process("one", &["pool", "--identity", "one", "--", "sh", "-c", script]);
     one.wait_output("one holds", "token=").await;
     let mut two = ns.lock_process("two", &["pool", "--identity", "two", "--", "sh", "-c", script]);
@@ -266,6 +266,9 @@ async fn semaphore_claims_renew_and_release_their_slot_lease() {
     };
     assert_eq!(holder_of("pool").await.as_deref(), Some("one"));
     assert_eq!(holder_of("pool-slot-1").await.as_deref(), Some("two"));
+    // Each command was told its slot (a resource fenced per slot needs it beside the token).
+    assert!(one.output().contains("slot=0"), "one: {}", one.output());
+    assert!(two.output().contains("slot=1"), "two: {}", two.output());
 
     // A third waits while both hold, for longer than a lease: both keep renewing their own Lease.
     let mut three = ns.lock_process(

@@ -285,7 +285,8 @@ impl Holder {
         })
     }
 
-    /// Waits for claim `name` to be granted; returns its token, the name of the Lease that
+    /// Waits for claim `name` to be granted; returns its token, its slot (the claim's
+    /// `status.slot`; absent: 0), the name of the Lease that
     /// records the grant (the claim's `status.leaseName`: `<lock>-slot-<k>` for slot k of a
     /// semaphore; absent, as written before semaphores: the Lease named like the lock), and that
     /// Lease's resourceVersion as the grant wrote it (`status.leaseResourceVersion`), if given.
@@ -293,7 +294,7 @@ impl Holder {
         &self,
         claims: &Api<DistributedLockClaim>,
         name: &str,
-    ) -> Result<(i64, String, Option<String>), HolderError> {
+    ) -> Result<(i64, u32, String, Option<String>), HolderError> {
         let cfg = watcher::Config::default().fields(&format!("metadata.name={name}"));
         let mut events = watcher(claims.clone(), cfg).default_backoff().boxed();
         // Whether the current (re)list returned the claim: a list without it means it is gone.
@@ -328,7 +329,7 @@ impl Holder {
             }
             if let Some(token) = status.token {
                 let lease_name = status.lease_name.unwrap_or_else(|| self.lock.clone());
-                return Ok((token, lease_name, status.lease_resource_version));
+                return Ok((token, status.slot.unwrap_or(0), lease_name, status.lease_resource_version));
             }
             if status.phase == Some(ClaimPhase::Rejected) {
                 return Err(match status.reason.as_deref() {
@@ -381,14 +382,14 @@ impl Ticket {
     /// [`HolderError::NotHolder`], [`HolderError::Kube`].
     pub async fn wait(&self, timeout: Option<Duration>) -> Result<LockGuard, HolderError> {
         let wait = self.holder.wait_for_grant(&self.claims, &self.claim_name);
-        let (token, lease_name, lease_rv) = match timeout {
+        let (token, slot, lease_name, lease_rv) = match timeout {
             Some(t) => tokio::time::timeout(t, wait)
                 .await
                 .unwrap_or_else(|_| Err(HolderError::WaitTimeout(t, self.holder.lock.clone())))?,
             None => wait.await?,
         };
         let claim = (self.claim_name.clone(), self.claim_uid.clone());
-        LockGuard::start(&self.holder, claim, token, (lease_name, lease_rv), self.timings, self.queued).await
+        LockGuard::start(&self.holder, claim, (token, slot), (lease_name, lease_rv), self.timings, self.queued).await
     }
 
     /// Leaves the queue: if the claim was granted meanwhile, first frees the Lease (owner-verified
@@ -467,6 +468,7 @@ pub struct LockGuard {
     lease_name: String,
     identity: String,
     token: i64,
+    slot: u32,
     claim_name: String,
     claim_uid: String,
     leases: Api<Lease>,
@@ -481,7 +483,7 @@ pub struct LockGuard {
 }
 
 impl LockGuard {
-    /// Starts holding the grant `token` of claim `claim_name`, whose create was sent at `queued`.
+    /// Starts holding the grant `token` (in semaphore slot `slot`) of claim `claim_name`, whose create was sent at `queued`.
     ///
     /// The renew deadline must start no later than the operator's expiry clock for this grant,
     /// which starts when the operator sees its own grant: after the claim existed, so after
@@ -494,7 +496,7 @@ impl LockGuard {
     async fn start(
         h: &Holder,
         (claim_name, claim_uid): (String, String),
-        token: i64,
+        (token, slot): (i64, u32),
         (lease_name, lease_rv): (String, Option<String>),
         timings: Resolved,
         queued: Instant,
@@ -547,6 +549,7 @@ impl LockGuard {
             lease_name,
             identity: h.identity.clone(),
             token,
+            slot,
             claim_name,
             claim_uid,
             leases,
@@ -562,6 +565,14 @@ impl LockGuard {
     /// The fencing token of this grant: send it with every write to the protected resource.
     pub fn token(&self) -> i64 {
         self.token
+    }
+
+    /// The semaphore slot of this grant (the claim's `status.slot`): 0 for a single-holder lock,
+    /// 0..N for a lock with `maxHolders: N`. Tokens strictly increase per slot but not across
+    /// slots (a grant reserved earlier can land later), so a resource fenced by a semaphore keeps
+    /// its high-water mark per slot: send the slot with the token.
+    pub fn slot(&self) -> u32 {
+        self.slot
     }
 
     /// The identity this lock is held under.

@@ -1,7 +1,8 @@
 //! `leasehold lock`: run a command while holding a lock, like `etcdctl lock` and `consul lock`.
 //!
 //! Waits for the grant (watch), starts the command with `LEASEHOLD_FENCING_TOKEN`,
-//! `LEASEHOLD_HOLDER` and `LEASEHOLD_LOCK` in its environment, renews while it runs, releases
+//! `LEASEHOLD_SLOT` (the semaphore slot; 0 for a single-holder lock), `LEASEHOLD_HOLDER` and
+//! `LEASEHOLD_LOCK` in its environment, renews while it runs, releases
 //! (owner-verified) when it exits, and exits with the command's status. If the lock is lost
 //! (renew deadline passed, or the Lease names someone else) it stops the command: SIGTERM, then
 //! SIGKILL after `--kill-grace`, and exits with [`EXIT_LOST`]. SIGTERM, SIGINT, SIGHUP, SIGQUIT,
@@ -242,6 +243,7 @@ async fn supervise(
     command
         .args(rest)
         .env("LEASEHOLD_FENCING_TOKEN", guard.token().to_string())
+        .env("LEASEHOLD_SLOT", guard.slot().to_string())
         .env("LEASEHOLD_HOLDER", guard.identity())
         .env("LEASEHOLD_LOCK", &args.lock);
     if own_group {
