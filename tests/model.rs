@@ -92,10 +92,11 @@
 //! resourceVersion (every modelled write bumps it), a pod's status updates other than start /
 //! finish (a Pending pod's condition update would change its resourceVersion).
 
+mod checking;
+
 use std::fmt::Write as _;
 use std::hash::Hash;
-use std::io::Write as _;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
 use leasehold::lock::grant::{
@@ -1379,34 +1380,9 @@ impl Model for LockModel {
     }
 }
 
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
-
-/// Runs the checker breadth first to `depth` (or `LEASEHOLD_MODEL_DEPTH`), prints what it
-/// explored, and returns it.
+/// Runs the checker breadth first to `depth` (see [`checking::run`]) and returns it.
 fn check(name: &str, cfg: Config, depth: usize) -> impl Checker<LockModel> + use<> {
-    let depth = env_usize("LEASEHOLD_MODEL_DEPTH", depth + env_usize("LEASEHOLD_MODEL_EXTRA_DEPTH", 0));
-    let states = env_usize("LEASEHOLD_MODEL_STATES", 50_000_000);
-    let started = Instant::now();
-    let checker = LockModel { cfg: cfg.clone() }
-        .checker()
-        .threads(2)
-        .target_max_depth(depth)
-        .target_state_count(states)
-        .spawn_bfs()
-        .join();
-    // Straight to stderr (not eprintln!, which the test harness captures): `make test` shows
-    // what each model run explored.
-    let _ = writeln!(
-        std::io::stderr(),
-        "model {name}: {cfg:?}: {} states ({} unique), depth {} (bound {depth}), {:.1} s",
-        checker.state_count(),
-        checker.unique_state_count(),
-        checker.max_depth(),
-        started.elapsed().as_secs_f64()
-    );
-    checker
+    checking::run(&format!("model {name}: {cfg:?}"), LockModel { cfg }, depth)
 }
 
 fn trace(checker: &impl Checker<LockModel>, property: &'static str) -> Option<String> {

@@ -44,9 +44,10 @@
 //! Each run also asserts that its bound reaches a multi-lock pod running and the events it is for
 //! (a take-back). Each planted bug must produce its counterexample.
 
+mod checking;
+
 use std::fmt::Write as _;
-use std::io::Write as _;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
 use leasehold::lock::grant::{Candidate, Decision, Grant, Holder, HolderKind, LeaseView, MultiLock, Phase, Settings};
@@ -396,11 +397,10 @@ impl World {
                 ok
             }
             Decision::RecordTentative(g) => self.patch_pod(&mut view, &g, |p| p.tokens[l] = Some(g.token)),
-            Decision::Withdraw(g) if cfg.bug == Some(Bug::WithdrawWithoutPodWrite) => {
+            Decision::Withdraw(_) if cfg.bug == Some(Bug::WithdrawWithoutPodWrite) => {
                 // The planted bug: straight to the Lease, nothing recorded on the pod (the
                 // next grant goes to whoever is head at the next step).
                 self.events |= TAKE_BACK;
-                let _ = g;
                 self.cas_lease(l, &mut view, None)
             }
             Decision::Withdraw(g) => {
@@ -439,8 +439,9 @@ impl World {
         let running: Vec<usize> = self.running().map(|(i, _)| i).collect();
         let mut stuck = vec![];
         for (i, p) in self.api.pods.iter().enumerate() {
-            let Some(p) = p.as_ref().filter(|p| p.gated) else { continue };
-            let _ = p;
+            if !p.as_ref().is_some_and(|p| p.gated) {
+                continue;
+            }
             let blocked = (0..LOCKS).any(|l| wants(cfg, i, l) && running.iter().any(|r| wants(cfg, *r, l)));
             if !blocked {
                 stuck.push(POD_NAMES[i]);
@@ -593,32 +594,9 @@ impl Model for MultiModel {
     }
 }
 
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
-
-/// Runs the checker breadth first to `depth` (or `LEASEHOLD_MODEL_DEPTH`, plus
-/// `LEASEHOLD_MODEL_EXTRA_DEPTH`), prints what it explored, and returns it.
+/// Runs the checker breadth first to `depth` (see [`checking::run`]) and returns it.
 fn check(name: &str, cfg: Config, depth: usize) -> impl Checker<MultiModel> + use<> {
-    let depth = env_usize("LEASEHOLD_MODEL_DEPTH", depth + env_usize("LEASEHOLD_MODEL_EXTRA_DEPTH", 0));
-    let states = env_usize("LEASEHOLD_MODEL_STATES", 50_000_000);
-    let started = Instant::now();
-    let checker = MultiModel { cfg: cfg.clone() }
-        .checker()
-        .threads(2)
-        .target_max_depth(depth)
-        .target_state_count(states)
-        .spawn_bfs()
-        .join();
-    let _ = writeln!(
-        std::io::stderr(),
-        "multilock {name}: {cfg:?}: {} states ({} unique), depth {} (bound {depth}), {:.1} s",
-        checker.state_count(),
-        checker.unique_state_count(),
-        checker.max_depth(),
-        started.elapsed().as_secs_f64()
-    );
-    checker
+    checking::run(&format!("multilock {name}: {cfg:?}"), MultiModel { cfg }, depth)
 }
 
 fn trace(checker: &impl Checker<MultiModel>, property: &'static str) -> Option<String> {
