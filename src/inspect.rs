@@ -292,21 +292,9 @@ pub struct StatusDocument {
 
 /// The operator's queue for `lock` (in namespace `ns`): every pod and claim of that namespace
 /// that is a candidate for it, converted as the operator converts them, in grant order
-/// ([`grant::queue_of`]), without the holder with UID `holder_uid` (the operator never lists
-/// it as a waiter).
+/// ([`grant::queue_of`]), without the holders with UIDs `holder_uids` (the operator never lists
+/// a holder as a waiter; a semaphore has one per slot).
 pub fn queue(
-    ns: &str,
-    lock: &str,
-    holder_uid: Option<&str>,
-    pods: &[Pod],
-    claims: &[DistributedLockClaim],
-) -> Vec<Candidate> {
-    queue_without(ns, lock, holder_uid.as_slice(), pods, claims)
-}
-
-/// [`queue`] without any of the holders with UIDs `holder_uids` (a semaphore's holders, one per
-/// slot).
-pub fn queue_without(
     ns: &str,
     lock: &str,
     holder_uids: &[&str],
@@ -403,7 +391,7 @@ pub fn lock_report_slots(
             })
             .collect(),
     };
-    let waiters = queue_without(&ns, &name, &holder_uids, pods, claims)
+    let waiters = queue(&ns, &name, &holder_uids, pods, claims)
         .iter()
         .enumerate()
         .map(|(i, c)| WaiterReport {
@@ -1035,7 +1023,7 @@ fn explain_waiter(
     let lease = slots.first().copied().unwrap_or(LeaseRead::Missing);
     let semaphore = lock.spec.max_holders;
     let holder_uids: Vec<&str> = holding.iter().filter_map(|(_, h)| h.uid.as_deref()).collect();
-    let queue = queue_without(&ns, lock_name, &holder_uids, pods, claims);
+    let queue = queue(&ns, lock_name, &holder_uids, pods, claims);
     let Some(index) = queue.iter().position(|c| c.kind == who.kind && Some(c.uid.as_str()) == who.uid) else {
         // Not deleting, not terminal: always a waiter, unless the operator could not read it.
         let first = format!("{} but the operator cannot queue it (no uid or creationTimestamp).", who.cannot_queue);
