@@ -950,6 +950,36 @@ async fn only_the_operator_may_ungate_pods_or_set_fencing_tokens() {
     let no_slot = json!({"metadata": {"annotations": {SLOT: null}}});
     assert_denied(mallory.patch("victim", &pp, &Patch::Merge(&no_slot)).await, &policy, "leasehold.dev/slot");
     assert_allowed(operator.patch("victim", &pp, &Patch::Merge(&change)).await, "the operator changes the token");
+
+    // A multi-lock pod (leasehold.dev/locks): nobody but the operator records or withdraws a lock
+    // of its set, on the pod or in a new pod, and its list stays put once a lock is recorded.
+    let b_token = leasehold::lock::lock_token_annotation("b");
+    let b_withdrawn = leasehold::lock::lock_withdrawn_annotation("b");
+    let mut set = gated_pod("set", "unused", "600s");
+    let ann = set.metadata.annotations.get_or_insert_default();
+    ann.remove(leasehold::lock::LOCK_ANNOTATION);
+    ann.insert(leasehold::lock::LOCKS_ANNOTATION.into(), "a,b".into());
+    let mut forged = set.clone();
+    forged.metadata.name = Some("set-forged".into());
+    forged.metadata.annotations.get_or_insert_default().insert(b_token.clone(), "5".into());
+    assert_denied(mallory.create(&PostParams::default(), &forged).await, &policy, "locks.leasehold.dev/fencing-token");
+    assert_allowed(mallory.create(&PostParams::default(), &set).await, "a multi-lock pod with nothing recorded");
+    let record = json!({"metadata": {"annotations": {(b_token.clone()): "5"}}});
+    assert_denied(
+        mallory.patch("set", &pp, &Patch::Merge(&record)).await,
+        &policy,
+        "locks.leasehold.dev/fencing-token",
+    );
+    assert_allowed(operator.patch("set", &pp, &Patch::Strategic(&record)).await, "the operator records b");
+    let relist = json!({"metadata": {"annotations": {(leasehold::lock::LOCKS_ANNOTATION): "a"}}});
+    assert_denied(mallory.patch("set", &pp, &Patch::Merge(&relist)).await, &policy, "leasehold.dev/locks");
+    let withdraw = json!({"metadata": {"annotations": {(b_token.clone()): null, (b_withdrawn.clone()): "5"}}});
+    assert_denied(mallory.patch("set", &pp, &Patch::Merge(&withdraw)).await, &policy, "withdrawn");
+    assert_allowed(operator.patch("set", &pp, &Patch::Strategic(&withdraw)).await, "the operator withdraws b");
+    let forget = json!({"metadata": {"annotations": {(b_withdrawn.clone()): null}}});
+    assert_denied(mallory.patch("set", &pp, &Patch::Merge(&forget)).await, &policy, "withdrawn");
+    // With no lock recorded (only a withdrawal), the list may change.
+    assert_allowed(mallory.patch("set", &pp, &Patch::Merge(&relist)).await, "a new list before any record");
     drop(release);
     ns.cleanup().await;
 }

@@ -10,6 +10,7 @@ mod inspect;
 mod install;
 mod lock_lifecycle;
 mod lock_safety;
+mod multilock;
 mod semaphore;
 mod singleton;
 mod support;

@@ -8,6 +8,11 @@
 //! compare-and-swap as `tokenCeiling`); a holder records its slot in the pod annotation
 //! `leasehold.dev/slot` or the claim's `status.slot` (and `status.leaseName`, which the holder
 //! library renews).
+//!
+//! A multi-lock pod (`leasehold.dev/locks`, issue 14, `docs/multi-lock.md`) is a candidate of
+//! every lock of its set; each lock's reconcile decides on its own Lease, and the pod is the
+//! commit point: [`Decision::RecordTentative`], [`Decision::Withdraw`] and the final
+//! [`Decision::PatchHolder`] are pod patches with UID and resourceVersion preconditions.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -31,11 +36,14 @@ use crate::error::{Error, Result, call};
 use crate::lease;
 use crate::lock::fencing::parse_token;
 use crate::lock::grant::{
-    self, Candidate, Decision, Grant, HolderKind, Phase, Reject, RejectReason, Release, Settings, queue_of,
+    self, Candidate, Decision, Grant, HolderKind, MultiLock, Phase, Reject, RejectReason, Release, Settings, queue_of,
 };
 use crate::lock::machine::{self, SlotLease, Snapshot};
 use crate::lock::policy;
-use crate::lock::{GRANTED_LOCK_ANNOTATION, LOCK_ANNOTATION, SCHEDULING_GATE, SLOT_ANNOTATION, TOKEN_ANNOTATION};
+use crate::lock::{
+    GRANTED_LOCK_ANNOTATION, LOCK_ANNOTATION, MAX_MULTI_LOCK_NAME, SCHEDULING_GATE, SLOT_ANNOTATION, TOKEN_ANNOTATION,
+    lock_set, lock_token_annotation, lock_withdrawn_annotation,
+};
 use crate::metrics::{LockState, Metrics};
 
 /// Field manager of `status.tokenCeiling` (the only field the reservation patch writes).
@@ -78,7 +86,8 @@ async fn reconcile_lock(lock: Arc<DistributedLock>, ctx: Arc<Context>, started: 
         return Ok(Action::await_change());
     }
     let mut lock = (*lock).clone();
-    let candidates = candidates_of(&ctx, &ns, &name);
+    let mut candidates = candidates_of(&ctx, &ns, &name);
+    let set_recheck = leave_out_unservable_sets(&ctx, &ns, &name, &mut candidates).then_some(SET_RECHECK);
     // Slot 0's Lease (the lock's own), then a semaphore's slot Leases (`leases[k]`: slot k).
     let mut leases: Vec<Option<Lease>> = vec![ctx.leases.get(&ObjectRef::new(&name).within(&ns)).map(|l| (*l).clone())];
     if leases[0].is_none() && grant::needs_lease(&candidates) {
@@ -223,7 +232,12 @@ async fn reconcile_lock(lock: Arc<DistributedLock>, ctx: Arc<Context>, started: 
                         tracing::info!(lock = %name, namespace = %ns, pod = %g.name, token = g.token, "granted");
                         ctx.failpoint("exit-after-lease-grant");
                         let lease_rv = leases[slot as usize].as_ref().and_then(|l| l.metadata.resource_version.clone());
-                        Some(patch_holder(&ctx, &ns, &lock, &g, lease_rv).await)
+                        match multi_of(&snapshot, &g) {
+                            // A multi-lock pod's grant is tentative until every lock of its set is
+                            // recorded on the pod: the next step records it or ungates it.
+                            Some(_) => None,
+                            None => Some(patch_holder(&ctx, &ns, &lock, &g, lease_rv, false).await),
+                        }
                     }
                     None => None,
                 };
@@ -253,12 +267,16 @@ async fn reconcile_lock(lock: Arc<DistributedLock>, ctx: Arc<Context>, started: 
                 tracing::info!(lock = %name, holder = %g.name, token = g.token, "finishing a grant recorded in the Lease");
                 // The Lease names this holder (that is the decision), at this version.
                 let lease_rv = leases[slot as usize].as_ref().and_then(|l| l.metadata.resource_version.clone());
-                snapshot.absorb_candidate(patch_holder(&ctx, &ns, &lock, &g, lease_rv).await?);
+                let multi = multi_of(&snapshot, &g).is_some();
+                snapshot.absorb_candidate(patch_holder(&ctx, &ns, &lock, &g, lease_rv, multi).await?);
             }
-            // Multi-lock decisions (issue 14) arise only for candidates with `multi` set, which
-            // this controller does not build yet (docs/multi-lock.md).
-            Decision::RecordTentative(_) => return Err(Error::NotServed("RecordTentative")),
-            Decision::Withdraw(_) => return Err(Error::NotServed("Withdraw")),
+            Decision::RecordTentative(g) => {
+                snapshot.absorb_candidate(record_on_pod(&ctx, &ns, &lock, &g, PodRecord::Tentative).await?);
+            }
+            Decision::Withdraw(g) => {
+                let head = queue_of(&snapshot.candidates).first().map(|c| c.name.clone()).unwrap_or_default();
+                snapshot.absorb_candidate(record_on_pod(&ctx, &ns, &lock, &g, PodRecord::Withdrawn { head }).await?);
+            }
             Decision::DeletePod { name: pod_name, uid } => {
                 let dp = DeleteParams {
                     preconditions: Some(Preconditions { uid: Some(uid.clone()), resource_version: None }),
@@ -302,12 +320,19 @@ async fn reconcile_lock(lock: Arc<DistributedLock>, ctx: Arc<Context>, started: 
                     .into_iter()
                     .find(|c| plan.holder.as_ref().is_none_or(|h| h.uid != c.uid))
                     .map(|c| c.created);
-                let view =
-                    StatusView { holder: &plan.holder, holders: &all_holders, waiters: &plan.waiters, first_waiter };
+                let tentative = plan.holder.as_ref().and_then(|h| multi_of(&snapshot, h)).is_some_and(|c| c.gated);
+                let view = StatusView {
+                    holder: &plan.holder,
+                    holders: &all_holders,
+                    waiters: &plan.waiters,
+                    first_waiter,
+                    tentative,
+                };
                 let status_due = write_status(&lock_api, &lock, &leases, &view, &ctx).await?;
                 announce_waiters(&ctx, &ns, &lock, plan.holder.as_ref(), &snapshot.candidates).await;
                 let timeout = requeue_after.map(|d| d + Duration::from_millis(50));
-                return Ok(Action::requeue([timeout, status_due].into_iter().flatten().min().unwrap_or(RESYNC)));
+                let next = [timeout, status_due, set_recheck].into_iter().flatten().min();
+                return Ok(Action::requeue(next.unwrap_or(RESYNC)));
             }
         }
         // The decision's write was answered (failures returned above): the operator can write.
@@ -385,7 +410,71 @@ fn candidates_of(ctx: &Context, ns: &str, lock: &str) -> Vec<Candidate> {
         .filter_map(|c| candidate_of_claim(&c));
     let mut written = ctx.holders_written.lock().unwrap_or_else(|e| e.into_inner());
     written.retain(|_, (_, _, at)| at.elapsed() < HOLDER_CACHE_LAG);
-    pods.chain(claims).map(|c| newest(c, &written)).collect()
+    pods.chain(claims).map(|c| newest(c, lock, &written)).collect()
+}
+
+/// How often a lock that leaves out a multi-lock pod ([`leave_out_unservable_sets`]) looks
+/// again: the missing lock of its set may have been created meanwhile, and that lock's creation
+/// wakes only itself.
+const SET_RECHECK: Duration = Duration::from_secs(5);
+
+/// Why the operator does not serve a multi-lock pod whose set is `set` (in namespace `ns`), as a
+/// sentence; `None` when it does. Not served: a lock of the set that does not exist (in the lock
+/// cache), a semaphore (`spec.maxHolders` set: the protocol of `docs/multi-lock.md` is
+/// model-checked for single-holder locks only), or a lock name longer than
+/// [`MAX_MULTI_LOCK_NAME`] characters (its per-lock annotation key would be invalid).
+pub fn lock_set_unservable(
+    locks: &kube::runtime::reflector::Store<DistributedLock>,
+    ns: &str,
+    set: &[String],
+) -> Option<String> {
+    set.iter().find_map(|l| {
+        if l.len() > MAX_MULTI_LOCK_NAME {
+            return Some(format!(
+                "lock name {l} is longer than {MAX_MULTI_LOCK_NAME} characters, too long for its per-lock annotation"
+            ));
+        }
+        match locks.get(&ObjectRef::new(l).within(ns)) {
+            None => Some(format!("DistributedLock {l} does not exist in namespace {ns}")),
+            Some(x) if x.spec.max_holders.is_some() => Some(format!(
+                "DistributedLock {l} is a semaphore (spec.maxHolders); a lock set cannot include a semaphore yet"
+            )),
+            Some(_) => None,
+        }
+    })
+}
+
+/// Leaves out of `candidates` (lock `lock` in `ns`) every multi-lock pod whose set the operator
+/// does not serve ([`lock_set_unservable`]) and that this lock has not granted: gated, no token of
+/// this lock recorded on the pod, and none of this lock's cached Leases names it. Such a pod would
+/// otherwise be granted this lock tentatively and keep it from everyone behind it while it waits
+/// for a lock it cannot get. A pod this lock did grant stays, so the protocol takes the grant back
+/// the usual way (withdrawn on the pod first): dropping it would free the Lease as if the pod were
+/// gone, and a record of the grant still on the pod could then ungate it beside the next holder.
+/// (A stale Lease cache that misses a grant only makes this reconcile's writes fail on their
+/// compare-and-swap.) Returns whether any pod was left out.
+fn leave_out_unservable_sets(ctx: &Context, ns: &str, lock: &str, candidates: &mut Vec<Candidate>) -> bool {
+    let before = candidates.len();
+    candidates.retain(|c| {
+        if c.multi.is_none() || !c.gated || c.token.is_some() {
+            return true;
+        }
+        let Some(pod) = ctx.pods.get(&ObjectRef::new(&c.name).within(ns)) else { return true };
+        if lock_set_unservable(&ctx.locks, ns, &lock_set(pod.annotations())).is_none() {
+            return true;
+        }
+        ctx.leases.state().iter().any(|l| {
+            l.namespace().as_deref() == Some(ns)
+                && l.labels().get(crate::lock::LEASE_LABEL).map(String::as_str) == Some(lock)
+                && lease::view(l).holder.is_some_and(|h| h.uid.as_deref() == Some(c.uid.as_str()))
+        })
+    });
+    candidates.len() < before
+}
+
+/// The multi-lock state of the candidate a grant is for, `None` for a single-lock holder.
+fn multi_of<'a>(snapshot: &'a Snapshot, g: &Grant) -> Option<&'a Candidate> {
+    snapshot.candidates.iter().find(|c| c.uid == g.uid).filter(|c| c.multi.is_some())
 }
 
 /// A semaphore's slot Leases from the cache, slot 1 first (`result[k - 1]` is slot k, `None`
@@ -429,10 +518,16 @@ fn slot_leases_of(
     (1..slots).map(|k| found.remove(&k)).collect()
 }
 
+/// The key of [`Context::holders_written`]: the holder's UID and the lock (a multi-lock pod is a
+/// different candidate for each lock of its set).
+fn written_key(holder_uid: &str, lock: &str) -> String {
+    format!("{holder_uid}/{lock}")
+}
+
 /// `cached`, or the holder as this operator's grant patch returned it when the cache still
 /// shows the version that patch replaced ([`Context::holders_written`]).
-fn newest(cached: Candidate, written: &HashMap<String, (String, Candidate, Instant)>) -> Candidate {
-    match written.get(&cached.uid) {
+fn newest(cached: Candidate, lock: &str, written: &HashMap<String, (String, Candidate, Instant)>) -> Candidate {
+    match written.get(&written_key(&cached.uid, lock)) {
         Some((replaced, newer, _)) if *replaced == cached.resource_version => newer.clone(),
         _ => cached,
     }
@@ -443,11 +538,13 @@ fn newest(cached: Candidate, written: &HashMap<String, (String, Candidate, Insta
 /// arrive; after it the cache is trusted again, whatever it shows.
 pub const HOLDER_CACHE_LAG: Duration = Duration::from_secs(10);
 
-/// Whether `pod` is a candidate for `lock`: its `leasehold.dev/lock` annotation names it, or it
-/// was granted it (`leasehold.dev/granted-lock`).
+/// Whether `pod` is a candidate for `lock`: its `leasehold.dev/lock` annotation names it, it
+/// was granted it (`leasehold.dev/granted-lock`), or its multi-lock set has it
+/// ([`crate::lock::lock_set`]).
 pub fn pod_concerns_lock(pod: &Pod, lock: &str) -> bool {
     pod.annotations().get(LOCK_ANNOTATION).map(|v| v.trim()) == Some(lock)
         || pod.annotations().get(GRANTED_LOCK_ANNOTATION).map(String::as_str) == Some(lock)
+        || lock_set(pod.annotations()).iter().any(|l| l == lock)
 }
 
 /// Whether `pod` is bound to a node that is not Ready (NotReady, Unknown, or missing from the
@@ -468,10 +565,36 @@ fn node_lost(ctx: &Context, pod: &Pod) -> bool {
 /// The decision's view of a pod for `lock`; `None` for pods without name/uid/creationTimestamp.
 /// Its token counts only if it was granted for this lock (`leasehold.dev/granted-lock`), so a pod
 /// that holds another lock, or forged a token annotation, is never taken for this lock's holder.
+///
+/// A multi-lock pod (a lock set, [`crate::lock::lock_set`], and not granted this lock as a single
+/// lock) is a candidate only for the locks of its set, with [`Candidate::multi`] set: its token is
+/// `<lock>.locks.leasehold.dev/fencing-token`, `withdrawn` is
+/// `<lock>.locks.leasehold.dev/withdrawn` (0 when missing or unreadable), and `others_recorded`
+/// says every other lock of the set has a readable token annotation. Its slot is always 0.
 pub fn candidate_of_pod(p: &Pod, lock: &str, node_lost: bool) -> Option<Candidate> {
     let spec = p.spec.as_ref();
     let name = p.metadata.name.clone()?;
     let ann = |k: &str| p.annotations().get(k).map(String::as_str);
+    let set = lock_set(p.annotations());
+    let multi = match (ann(GRANTED_LOCK_ANNOTATION) == Some(lock), set.is_empty()) {
+        (false, false) if !set.iter().any(|l| l == lock) => return None,
+        (false, false) => Some(MultiLock {
+            withdrawn: ann(&lock_withdrawn_annotation(lock)).and_then(parse_token).unwrap_or(0),
+            others_recorded: set
+                .iter()
+                .filter(|l| *l != lock)
+                .all(|l| ann(&lock_token_annotation(l)).and_then(parse_token).is_some()),
+        }),
+        _ => None,
+    };
+    let token = match multi {
+        Some(_) => ann(&lock_token_annotation(lock)).and_then(parse_token),
+        None => ann(TOKEN_ANNOTATION).and_then(parse_token).filter(|_| ann(GRANTED_LOCK_ANNOTATION) == Some(lock)),
+    };
+    let slot = match multi {
+        Some(_) => 0,
+        None => ann(SLOT_ANNOTATION).and_then(|v| v.trim().parse().ok()).unwrap_or(0),
+    };
     Some(Candidate {
         kind: HolderKind::Pod,
         identity: name.clone(),
@@ -486,12 +609,20 @@ pub fn candidate_of_pod(p: &Pod, lock: &str, node_lost: bool) -> Option<Candidat
         node_lost,
         phase: Phase::parse(p.status.as_ref().and_then(|s| s.phase.as_deref())),
         deleting: p.metadata.deletion_timestamp.is_some(),
-        token: ann(TOKEN_ANNOTATION).and_then(parse_token).filter(|_| ann(GRANTED_LOCK_ANNOTATION) == Some(lock)),
-        on_busy: policy::parse_on_busy(ann(policy::ON_BUSY_ANNOTATION)).unwrap_or_default(),
-        max_wait: policy::parse_max_wait(ann(policy::MAX_WAIT_ANNOTATION)).unwrap_or_default(),
+        token,
+        // Busy policies are not served for lock sets (not model-checked with them; the pod
+        // checks warn): a multi-lock pod waits in FIFO order with no time limit.
+        on_busy: match multi {
+            Some(_) => policy::BusyPolicy::Wait,
+            None => policy::parse_on_busy(ann(policy::ON_BUSY_ANNOTATION)).unwrap_or_default(),
+        },
+        max_wait: match multi {
+            Some(_) => None,
+            None => policy::parse_max_wait(ann(policy::MAX_WAIT_ANNOTATION)).unwrap_or_default(),
+        },
         waiting_for: None,
-        slot: ann(SLOT_ANNOTATION).and_then(|v| v.trim().parse().ok()).unwrap_or(0),
-        multi: None,
+        slot,
+        multi,
     })
 }
 
@@ -574,6 +705,10 @@ fn reservation_patch(lock: &DistributedLock, to: i64, slot: Option<u32>) -> serd
 /// (`tests/model.rs`): a grant finished from a stale view ungated a deleted pod with a token
 /// below one already handed out. `lease_rv`: the resourceVersion of a Lease that names the
 /// holder, given to a claim (`status.leaseResourceVersion`) for its first compare-and-swap.
+/// A multi-lock pod (`multi`, [`Candidate::multi`]) gets this lock's token in
+/// `<lock>.locks.leasehold.dev/fencing-token` instead of the single-lock annotations; the patch
+/// is decided only on a version of the pod that records every other lock of its set, so the
+/// precondition makes it the all-or-nothing commit (`docs/multi-lock.md`).
 /// Returns the holder as the API server answered.
 async fn patch_holder(
     ctx: &Context,
@@ -581,17 +716,27 @@ async fn patch_holder(
     lock: &DistributedLock,
     g: &Grant,
     lease_rv: Option<String>,
+    multi: bool,
 ) -> Result<Candidate> {
-    let note = format!("{} holds the lock with fencing token {}", g.identity, g.token);
+    let note = match multi {
+        false => format!("{} holds the lock with fencing token {}", g.identity, g.token),
+        true => {
+            format!("{} holds the lock with fencing token {}, and every other lock of its set", g.identity, g.token)
+        }
+    };
     let (holder_ref, holder) = match g.kind {
         HolderKind::Pod => {
             let api: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
-            let patch = json!({
-                "metadata": { "uid": g.uid, "resourceVersion": g.resource_version, "annotations": {
+            let annotations = match multi {
+                false => json!({
                     TOKEN_ANNOTATION: g.token.to_string(),
                     SLOT_ANNOTATION: g.slot.to_string(),
                     GRANTED_LOCK_ANNOTATION: lock.name_any(),
-                } },
+                }),
+                true => json!({ (lock_token_annotation(&lock.name_any())): g.token.to_string() }),
+            };
+            let patch = json!({
+                "metadata": { "uid": g.uid, "resourceVersion": g.resource_version, "annotations": annotations },
                 "spec": { "schedulingGates": [ { "$patch": "delete", "name": SCHEDULING_GATE } ] },
             });
             let pod = call("patch Pod", api.patch(&g.name, &PatchParams::default(), &Patch::Strategic(&patch))).await?;
@@ -614,10 +759,7 @@ async fn patch_holder(
         }
     };
     let holder = holder.ok_or(Error::MissingField("metadata"))?;
-    ctx.holders_written
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .insert(g.uid.clone(), (g.resource_version.clone(), holder.clone(), Instant::now()));
+    remember_written(ctx, lock, g, &holder);
     // A pod grant is an Event on the lock and on the pod (the pod shows the grant only through
     // it: its gate just goes away). A claim grant is in the claim's status (Granted, the token,
     // this note) and the lock's status: no Event, which would be one more write per grant for
@@ -631,6 +773,75 @@ async fn patch_holder(
         ctx.event(&holder_ref, EventType::Normal, "LockGranted", pod_note, "Grant").await;
     }
     Ok(holder)
+}
+
+/// Remembers `holder` as the grant patch of `g` returned it ([`Context::holders_written`]).
+fn remember_written(ctx: &Context, lock: &DistributedLock, g: &Grant, holder: &Candidate) {
+    let entry = (g.resource_version.clone(), holder.clone(), Instant::now());
+    ctx.holders_written.lock().unwrap_or_else(|e| e.into_inner()).insert(written_key(&g.uid, &lock.name_any()), entry);
+}
+
+/// What [`record_on_pod`] writes on a gated multi-lock pod.
+enum PodRecord {
+    /// [`Decision::RecordTentative`]: this lock's token; the gate stays.
+    Tentative,
+    /// [`Decision::Withdraw`]: this lock's token removed and recorded as withdrawn, because
+    /// `head` (an older waiter) heads this lock's queue; the gate stays.
+    Withdrawn { head: String },
+}
+
+/// One pod patch (strategic merge, UID and the resourceVersion of the decision's view as
+/// preconditions; the gate is not touched) on the gated multi-lock pod `g` names, for lock `lock`:
+/// records the grant's token in `<lock>.locks.leasehold.dev/fencing-token`, or removes it and sets
+/// `<lock>.locks.leasehold.dev/withdrawn` to the token (wound-wait take-back, `docs/multi-lock.md`).
+/// A Normal Event on the pod says which. Returns the pod's candidate for this lock as the API
+/// server answered.
+///
+/// # Errors
+/// 409 when the pod changed since the decision (decided again), 404 when it is gone.
+async fn record_on_pod(
+    ctx: &Context,
+    ns: &str,
+    lock: &DistributedLock,
+    g: &Grant,
+    what: PodRecord,
+) -> Result<Candidate> {
+    let lock_name = lock.name_any();
+    let (annotations, reason, note) = match &what {
+        PodRecord::Tentative => (
+            json!({ (lock_token_annotation(&lock_name)): g.token.to_string() }),
+            "LockReserved",
+            format!(
+                "lock {lock_name}: reserved with fencing token {}; the pod starts once it holds every lock of its set",
+                g.token
+            ),
+        ),
+        PodRecord::Withdrawn { head } => (
+            json!({
+                (lock_token_annotation(&lock_name)): null,
+                (lock_withdrawn_annotation(&lock_name)): g.token.to_string(),
+            }),
+            "LockWithdrawn",
+            format!(
+                "lock {lock_name}: the reservation with fencing token {} was taken back for {head}, an older waiter \
+                 (the pod had not started); it waits again",
+                g.token
+            ),
+        ),
+    };
+    let patch =
+        json!({ "metadata": { "uid": g.uid, "resourceVersion": g.resource_version, "annotations": annotations } });
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
+    let what_call = match what {
+        PodRecord::Tentative => "record a tentative grant on a Pod",
+        PodRecord::Withdrawn { .. } => "withdraw a tentative grant from a Pod",
+    };
+    let pod = call(what_call, api.patch(&g.name, &PatchParams::default(), &Patch::Strategic(&patch))).await?;
+    let candidate = candidate_of_pod(&pod, &lock_name, node_lost(ctx, &pod)).ok_or(Error::MissingField("metadata"))?;
+    remember_written(ctx, lock, g, &candidate);
+    tracing::info!(lock = %lock_name, pod = %g.name, token = g.token, reason, "multi-lock pod updated");
+    ctx.event(&super::pod_ref(&pod), EventType::Normal, reason, note, "Grant").await;
+    Ok(candidate)
 }
 
 /// Marks a waiter that gave up: a pod as `Failed` (status subresource), a claim as `Rejected`,
@@ -857,6 +1068,9 @@ struct StatusView<'a> {
     waiters: &'a [String],
     /// The creation time of the first waiter in the queue.
     first_waiter: Option<Timestamp>,
+    /// The holder is a multi-lock pod that is still gated: reserved for it, waiting for the
+    /// other locks of its set (`docs/multi-lock.md`).
+    tentative: bool,
 }
 
 /// Writes the status view when it changed (no write when nothing changed: 0 writes when idle),
@@ -936,6 +1150,10 @@ async fn write_status(
                         .collect();
                     format!("held by {}", all.join(", "))
                 }
+                _ if view.tentative => format!(
+                    "reserved for {} with token {}: it waits for the other locks of its set (leasehold.dev/locks) and has not started",
+                    g.name, g.token
+                ),
                 _ => format!("held by {} with token {}", g.name, g.token),
             };
             condition::set(&mut new.conditions, condition::HELD, true, reason::GRANTED, &message, gen_, now)
@@ -1083,16 +1301,18 @@ mod tests {
 
     #[test]
     fn a_holder_just_granted_is_read_from_the_grant_patch_until_the_cache_moves_past_it() {
-        let written = HashMap::from([("uid-c".to_string(), ("5".to_string(), claim("6", Some(7)), Instant::now()))]);
+        let key = written_key("uid-c", "l");
+        let written = HashMap::from([(key, ("5".to_string(), claim("6", Some(7)), Instant::now()))]);
         // The cache still shows version 5, waiting: the granted version 6 stands in for it.
-        assert_eq!(newest(claim("5", None), &written), claim("6", Some(7)));
+        assert_eq!(newest(claim("5", None), "l", &written), claim("6", Some(7)));
         // The cache caught up, or moved on (the claim changed again): the cache is read.
-        assert_eq!(newest(claim("6", Some(7)), &written), claim("6", Some(7)));
-        assert_eq!(newest(claim("8", None), &written), claim("8", None));
-        // Another object is never replaced.
+        assert_eq!(newest(claim("6", Some(7)), "l", &written), claim("6", Some(7)));
+        assert_eq!(newest(claim("8", None), "l", &written), claim("8", None));
+        // Another object, or the same pod as another lock's candidate, is never replaced.
         let mut other = claim("5", None);
         other.uid = "uid-d".into();
-        assert_eq!(newest(other.clone(), &written), other);
+        assert_eq!(newest(other.clone(), "l", &written), other);
+        assert_eq!(newest(claim("5", None), "m", &written), claim("5", None));
     }
 
     #[test]
@@ -1143,6 +1363,54 @@ mod tests {
             candidate_of_pod(&p, "l", false).unwrap().slot
         };
         assert_eq!((pod(Some("1")), pod(Some(" 3 ")), pod(None), pod(Some("x")), pod(Some("-1"))), (1, 3, 0, 0, 0));
+    }
+
+    fn multi_pod(annotations: serde_json::Value, gated: bool) -> Pod {
+        let gates = if gated { json!([{"name": SCHEDULING_GATE}]) } else { json!([]) };
+        serde_json::from_value(json!({
+            "metadata": {"name": "p", "uid": "u", "creationTimestamp": "2026-12-02T00:00:00Z", "annotations": annotations},
+            "spec": {"schedulingGates": gates, "containers": []},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_multi_lock_pod_is_a_candidate_of_each_lock_of_its_set_with_that_locks_own_token() {
+        let p = multi_pod(
+            json!({
+                crate::lock::LOCKS_ANNOTATION: "a, b",
+                "a.locks.leasehold.dev/fencing-token": "7",
+                "b.locks.leasehold.dev/withdrawn": "4",
+                // Single-lock annotations and busy policies do not count for a lock set.
+                TOKEN_ANNOTATION: "99",
+                policy::ON_BUSY_ANNOTATION: "skip",
+            }),
+            true,
+        );
+        let a = candidate_of_pod(&p, "a", false).unwrap();
+        assert_eq!(a.token, Some(7));
+        assert_eq!(a.multi, Some(MultiLock { withdrawn: 0, others_recorded: false }));
+        assert_eq!((a.on_busy, a.slot), (policy::BusyPolicy::Wait, 0));
+        let b = candidate_of_pod(&p, "b", false).unwrap();
+        assert_eq!(b.token, None);
+        assert_eq!(b.multi, Some(MultiLock { withdrawn: 4, others_recorded: true }));
+        // Not a candidate of a lock outside its set, even one its leasehold.dev/lock names.
+        assert!(candidate_of_pod(&p, "c", false).is_none());
+        assert!(pod_concerns_lock(&p, "a") && pod_concerns_lock(&p, "b") && !pod_concerns_lock(&p, "c"));
+    }
+
+    #[test]
+    fn a_single_lock_grant_outlives_a_lock_set_added_later() {
+        let p = multi_pod(
+            json!({
+                LOCK_ANNOTATION: "a", GRANTED_LOCK_ANNOTATION: "a", TOKEN_ANNOTATION: "5",
+                crate::lock::LOCKS_ANNOTATION: "b,c",
+            }),
+            false,
+        );
+        let a = candidate_of_pod(&p, "a", false).unwrap();
+        assert_eq!((a.token, a.multi.is_none()), (Some(5), true));
+        assert!(candidate_of_pod(&p, "b", false).unwrap().multi.is_some());
     }
 
     #[test]

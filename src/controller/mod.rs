@@ -30,7 +30,7 @@ use crate::cli::OperatorArgs;
 use crate::crd::{DistributedLock, DistributedLockClaim};
 use crate::error::Error;
 use crate::health::WriteHealth;
-use crate::lock::{GRANTED_LOCK_ANNOTATION, LEASE_LABEL, LOCK_ANNOTATION};
+use crate::lock::{GRANTED_LOCK_ANNOTATION, LEASE_LABEL, LOCK_ANNOTATION, lock_set};
 use crate::metrics::Metrics;
 
 /// Field manager / Event reporting controller name.
@@ -42,6 +42,10 @@ pub struct Context {
     pub client: Client,
     /// Every pod (in the served namespaces).
     pub pods: Store<Pod>,
+    /// Every DistributedLock (in the served namespaces), the lock controller's own cache: a
+    /// multi-lock pod is served only while every lock of its set exists and is not a semaphore
+    /// ([`distributed_lock::lock_set_unservable`]).
+    pub locks: Store<DistributedLock>,
     /// Leases labelled `leasehold.dev/lock`.
     pub leases: Store<Lease>,
     /// Nodes, to notice a holder's node that stopped reporting.
@@ -199,18 +203,27 @@ pub fn lock_of(pod: &Pod) -> Option<ObjectRef<DistributedLock>> {
     Some(ObjectRef::new(name.trim()).within(&pod.namespace()?))
 }
 
-/// Every lock a change of `pod` can concern: the one it names and the one it was granted
-/// (`leasehold.dev/granted-lock`). They differ when someone edited a holder's lock annotation:
-/// the holder's completion or deletion must still wake the lock it holds.
+/// Every lock a change of `pod` can concern: the one it names, the one it was granted
+/// (`leasehold.dev/granted-lock`), and every lock of a multi-lock pod's set
+/// ([`crate::lock::lock_set`]: a record on the pod for one lock can let another lock ungate it).
+/// The first two differ when someone edited a holder's lock annotation: the holder's completion or
+/// deletion must still wake the lock it holds.
 pub fn locks_of(pod: &Pod) -> Vec<ObjectRef<DistributedLock>> {
     let Some(ns) = pod.namespace() else { return vec![] };
     let mut locks: Vec<ObjectRef<DistributedLock>> = [LOCK_ANNOTATION, GRANTED_LOCK_ANNOTATION]
         .iter()
         .filter_map(|k| pod.annotations().get(*k))
         .map(|name| ObjectRef::new(name.trim()).within(&ns))
+        .chain(lock_set(pod.annotations()).iter().map(|name| ObjectRef::new(name).within(&ns)))
         .collect();
+    locks.sort_by(|a, b| a.name.cmp(&b.name));
     locks.dedup();
     locks
+}
+
+/// Whether `pod` asks for any lock: `leasehold.dev/lock` or a multi-lock set.
+pub fn asks_for_a_lock(pod: &Pod) -> bool {
+    lock_of(pod).is_some() || !lock_set(pod.annotations()).is_empty()
 }
 
 /// Sends a reconcile trigger for every lock that has a Lease in the cache, or only for those in
@@ -248,6 +261,7 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
     let (leases, lease_writer) = reflector::store::<Lease>();
     let (nodes, node_writer) = reflector::store::<Node>();
     let (claims, claim_writer) = reflector::store::<DistributedLockClaim>();
+    let (locks, lock_writer) = reflector::store::<DistributedLock>();
     let (namespaces, namespace_writer) = reflector::store::<Namespace>();
     // Every watch event that can change a lock's decision becomes a reconcile trigger for that
     // lock, deletions included (a holder pod that vanishes frees the lock at once).
@@ -267,7 +281,7 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
                 for r in locks_of(p) {
                     let _ = tx.unbounded_send(r);
                 }
-                if lock_of(p).is_some() {
+                if asks_for_a_lock(p) {
                     let _ = pod_tx.unbounded_send(pod::PodEvent::Seen(Arc::new(p.clone())));
                 }
             }
@@ -275,7 +289,7 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
                 for r in locks_of(p) {
                     let _ = tx.unbounded_send(r);
                 }
-                if lock_of(p).is_some() {
+                if asks_for_a_lock(p) {
                     let _ = pod_tx.unbounded_send(pod::PodEvent::Gone(p.uid().unwrap_or_default()));
                 }
             }
@@ -337,7 +351,10 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
                 let name = n.name_any();
                 for p in pods_for_nodes.state() {
                     let on_node = p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(name.as_str());
-                    if on_node && p.annotations().contains_key(crate::lock::TOKEN_ANNOTATION) {
+                    let granted = p.annotations().keys().any(|k| {
+                        k == crate::lock::TOKEN_ANNOTATION || crate::lock::lock_of_token_annotation(k).is_some()
+                    });
+                    if on_node && granted {
                         for r in locks_of(&p) {
                             let _ = tx.unbounded_send(r);
                         }
@@ -374,6 +391,7 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
     let ctx = Arc::new(Context {
         client: client.clone(),
         pods: pods.clone(),
+        locks: locks.clone(),
         leases: leases.clone(),
         nodes: nodes.clone(),
         namespaces: namespaces.clone(),
@@ -396,7 +414,6 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
     // `--max-concurrent-reconciles` locks are reconciled at once, so a burst of new locks queues
     // in the controller instead of flooding the API server (each reconcile's writes would time out
     // and be retried, and nothing would progress).
-    let (locks, lock_writer) = reflector::store::<DistributedLock>();
     let lock_stream = watcher(api::<DistributedLock>(&client, ns), watcher::Config::default())
         .modify(trim::meta)
         .reflect(lock_writer)

@@ -1,7 +1,8 @@
 //! Pod and claim checks: tell a pod, by Warning Event, why the lock it names cannot serve it (the
 //! lock does not exist, the pod bypasses the scheduler with `spec.nodeName`, or a policy
-//! annotation is unreadable), and a DistributedLockClaim that its lock does not exist. Never
-//! writes pods or claims.
+//! annotation is unreadable) or why its lock set is not served (`leasehold.dev/locks`: a lock
+//! that does not exist or is a semaphore), and a DistributedLockClaim that its lock does not
+//! exist. Never writes pods or claims.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -15,8 +16,8 @@ use kube::{Resource, ResourceExt};
 
 use super::{Context, lock_of, pod_ref};
 use crate::crd::{DistributedLock, DistributedLockClaim};
-use crate::lock::TOKEN_ANNOTATION;
 use crate::lock::policy::{self, MAX_WAIT_ANNOTATION, ON_BUSY_ANNOTATION};
+use crate::lock::{LOCK_ANNOTATION, LOCKS_ANNOTATION, TOKEN_ANNOTATION, lock_of_token_annotation, lock_set};
 
 /// The pod checks' context.
 pub struct PodContext {
@@ -75,8 +76,63 @@ async fn check_claim(claim: &DistributedLockClaim, pctx: &PodContext) {
     }
 }
 
+/// Checks one pod that asks for a lock set (`leasehold.dev/locks`); each warning is given once
+/// per pod, and `LockSetNotServed` again after the set was servable for a while.
+async fn check_set(pod: &Pod, set: &[String], pctx: &PodContext) {
+    if pod.metadata.deletion_timestamp.is_some() {
+        return;
+    }
+    let uid = pod.uid().unwrap_or_default();
+    let warn =
+        |reason: &'static str| pctx.warned.lock().unwrap_or_else(|e| e.into_inner()).insert((uid.clone(), reason));
+    let ns = pod.namespace().unwrap_or_default();
+    match super::distributed_lock::lock_set_unservable(&pctx.locks, &ns, set) {
+        Some(why) if warn("LockSetNotServed") => {
+            let note = format!(
+                "lock set {}: {why}; no lock of the set is reserved for the pod until every one can be (it waits)",
+                set.join(",")
+            );
+            pctx.ctx.event(&pod_ref(pod), EventType::Warning, "LockSetNotServed", note, "Wait").await;
+        }
+        Some(_) => {}
+        None => {
+            pctx.warned.lock().unwrap_or_else(|e| e.into_inner()).remove(&(uid.clone(), "LockSetNotServed"));
+        }
+    }
+    let ann = |k: &str| pod.annotations().get(k).map(String::as_str);
+    let ignored = [
+        (LOCK_ANNOTATION, "IgnoredLock"),
+        (ON_BUSY_ANNOTATION, "IgnoredOnBusy"),
+        (MAX_WAIT_ANNOTATION, "IgnoredMaxWait"),
+    ];
+    for (key, reason) in ignored {
+        if ann(key).is_some() && ann(crate::lock::GRANTED_LOCK_ANNOTATION).is_none() && warn(reason) {
+            let note = format!(
+                "annotation {key} is ignored on a pod that asks for a lock set ({LOCKS_ANNOTATION}): the pod waits in FIFO \
+                 order, with no time limit, for every lock of its set"
+            );
+            pctx.ctx.event(&pod_ref(pod), EventType::Warning, "InvalidAnnotation", note, "Validate").await;
+        }
+    }
+    let recorded = pod.annotations().keys().any(|k| lock_of_token_annotation(k).is_some());
+    let bound_without_grant = pod.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some() && !recorded;
+    if bound_without_grant && warn("NotGateable") {
+        let note = format!(
+            "pod asks for lock set {} but was not waiting at the leasehold.dev/lock scheduling gate (created without \
+             it, or it sets spec.nodeName and bypasses the scheduler), so it runs without the locks and is never counted \
+             as a holder",
+            set.join(",")
+        );
+        pctx.ctx.event(&pod_ref(pod), EventType::Warning, "NotGateable", note, "Reject").await;
+    }
+}
+
 /// Checks one pod that names a lock; each warning is given once per pod.
 async fn check(pod: &Pod, pctx: &PodContext) {
+    let set = lock_set(pod.annotations());
+    if !set.is_empty() {
+        return check_set(pod, &set, pctx).await;
+    }
     let Some(lock) = lock_of(pod) else { return };
     if pod.metadata.deletion_timestamp.is_some() {
         return;

@@ -11,7 +11,7 @@
 use k8s_openapi::api::core::v1::{Node, NodeSpec, NodeStatus, Pod, PodSpec, PodStatus};
 use kube::Resource;
 
-use crate::lock::{GRANTED_LOCK_ANNOTATION, LOCK_ANNOTATION};
+use crate::lock::{GRANTED_LOCK_ANNOTATION, LOCK_ANNOTATION, LOCKS_ANNOTATION, is_per_lock_annotation};
 
 /// The annotation `kubectl apply` keeps a whole copy of the object in.
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
@@ -28,17 +28,19 @@ pub fn meta<K: Resource>(obj: &mut K) {
 
 /// Keeps of a pod what the lock decision ([`super::candidate_of_pod`]), the pod checks and the
 /// node watch read: its metadata (without managedFields), `spec.schedulingGates`,
-/// `spec.nodeName` and `status.phase`. A pod that names no lock (no `leasehold.dev/lock` or
-/// `leasehold.dev/granted-lock` annotation: most pods of a namespace) keeps only its name,
+/// `spec.nodeName` and `status.phase`. A pod that names no lock (no `leasehold.dev/lock`,
+/// `leasehold.dev/granted-lock` or `leasehold.dev/locks` annotation and no per-lock annotation of
+/// a multi-lock pod: most pods of a namespace) keeps only its name,
 /// namespace, UID and resourceVersion; if it is annotated later, that watch event carries the
 /// whole pod again.
 pub fn pod(p: &mut Pod) {
     meta(p);
-    let names_a_lock = p
-        .metadata
-        .annotations
-        .as_ref()
-        .is_some_and(|a| a.contains_key(LOCK_ANNOTATION) || a.contains_key(GRANTED_LOCK_ANNOTATION));
+    let names_a_lock = p.metadata.annotations.as_ref().is_some_and(|a| {
+        a.contains_key(LOCK_ANNOTATION)
+            || a.contains_key(GRANTED_LOCK_ANNOTATION)
+            || a.contains_key(LOCKS_ANNOTATION)
+            || a.keys().any(|k| is_per_lock_annotation(k))
+    });
     if !names_a_lock {
         let m = std::mem::take(&mut p.metadata);
         p.metadata = k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
@@ -117,6 +119,22 @@ mod tests {
         assert_eq!(p.metadata.resource_version.as_deref(), Some("7"));
         assert!(p.metadata.annotations.is_none() && p.spec.is_none() && p.status.is_none());
         assert!(super::super::candidate_of_pod(&p, "db", false).is_none());
+    }
+
+    #[test]
+    fn a_multi_lock_pod_keeps_what_the_decision_reads() {
+        let full = pod_with(json!({LOCKS_ANNOTATION: "a,b", "a.locks.leasehold.dev/fencing-token": "3"}));
+        let mut p = full.clone();
+        pod(&mut p);
+        for lock in ["a", "b"] {
+            let trimmed = super::super::candidate_of_pod(&p, lock, false);
+            assert!(trimmed.as_ref().is_some_and(|c| c.multi.is_some()), "{lock}: {trimmed:?}");
+            assert_eq!(trimmed, super::super::candidate_of_pod(&full, lock, false));
+        }
+        // A token recorded for a lock is enough to keep the pod whole (its list was edited away).
+        let mut p = pod_with(json!({"b.locks.leasehold.dev/fencing-token": "3"}));
+        pod(&mut p);
+        assert!(p.spec.is_some() && p.metadata.annotations.is_some());
     }
 
     #[test]

@@ -29,3 +29,86 @@ pub const HOLDER_KIND_ANNOTATION: &str = "leasehold.dev/holder-kind";
 pub const TOKEN_FLOOR_ANNOTATION: &str = "leasehold.dev/token-floor";
 /// Label on every Lease the operator manages: the lock's name.
 pub const LEASE_LABEL: &str = "leasehold.dev/lock";
+/// Annotation on a pod that asks for several locks of its namespace at once (issue 14,
+/// `docs/multi-lock.md`): `leasehold.dev/locks: db-writer,bucket-writer` (comma-separated lock
+/// names; blanks and repeats ignored). The pod is ungated only once it holds all of them.
+pub const LOCKS_ANNOTATION: &str = "leasehold.dev/locks";
+/// Suffix of the per-lock annotations of a multi-lock pod: `<lock>.locks.leasehold.dev/...`.
+const PER_LOCK_DOMAIN: &str = ".locks.leasehold.dev/";
+/// Longest lock name a multi-lock pod can name: an annotation key's prefix is a DNS subdomain of
+/// at most 253 characters (Kubernetes, "Syntax and character set" of annotations), and
+/// `<lock>.locks.leasehold.dev` spends 21 of them.
+pub const MAX_MULTI_LOCK_NAME: usize = 253 - ".locks.leasehold.dev".len();
+
+/// The annotation in which the operator records lock `lock`'s fencing token on a multi-lock pod:
+/// `<lock>.locks.leasehold.dev/fencing-token` (decimal). One per lock, so the downward API can
+/// project each into its own file.
+pub fn lock_token_annotation(lock: &str) -> String {
+    format!("{lock}{PER_LOCK_DOMAIN}fencing-token")
+}
+
+/// The annotation in which the operator records, on a multi-lock pod, the highest token of lock
+/// `lock` whose tentative grant it took back: `<lock>.locks.leasehold.dev/withdrawn` (decimal;
+/// [`grant::MultiLock::withdrawn`]).
+pub fn lock_withdrawn_annotation(lock: &str) -> String {
+    format!("{lock}{PER_LOCK_DOMAIN}withdrawn")
+}
+
+/// The lock a per-lock token annotation key (`<lock>.locks.leasehold.dev/fencing-token`) is for;
+/// `None` for any other key.
+pub fn lock_of_token_annotation(key: &str) -> Option<&str> {
+    key.strip_suffix("fencing-token")?.strip_suffix(PER_LOCK_DOMAIN).filter(|l| !l.is_empty())
+}
+
+/// Whether `key` is one of the per-lock annotations the operator writes on multi-lock pods.
+pub fn is_per_lock_annotation(key: &str) -> bool {
+    key.contains(PER_LOCK_DOMAIN) && (key.ends_with("/fencing-token") || key.ends_with("/withdrawn"))
+}
+
+/// The lock set of a pod from its annotations: the names in `leasehold.dev/locks` and every lock
+/// a per-lock token annotation is recorded for (a pod granted a lock stays that lock's candidate
+/// even if someone edits the list), sorted, without repeats. Empty for a pod that asks for one
+/// lock (`leasehold.dev/lock`) or none.
+pub fn lock_set<'a>(annotations: impl IntoIterator<Item = (&'a String, &'a String)>) -> Vec<String> {
+    let mut set = std::collections::BTreeSet::new();
+    for (k, v) in annotations {
+        if k == LOCKS_ANNOTATION {
+            set.extend(v.split(',').map(str::trim).filter(|l| !l.is_empty()).map(String::from));
+        } else if let Some(l) = lock_of_token_annotation(k) {
+            set.insert(l.to_string());
+        }
+    }
+    set.into_iter().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn a_lock_set_is_the_listed_locks_and_every_recorded_token_sorted_without_repeats() {
+        let ann = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        };
+        let a = ann(&[(LOCKS_ANNOTATION, " db , bucket,,db ")]);
+        assert_eq!(lock_set(&a), ["bucket", "db"]);
+        // A token recorded for a lock the list no longer names keeps that lock in the set.
+        let a = ann(&[(LOCKS_ANNOTATION, "db"), ("old.locks.leasehold.dev/fencing-token", "4")]);
+        assert_eq!(lock_set(&a), ["db", "old"]);
+        // A single-lock pod has no set; withdrawn records alone add nothing.
+        let a = ann(&[(LOCK_ANNOTATION, "db"), ("x.locks.leasehold.dev/withdrawn", "3")]);
+        assert!(lock_set(&a).is_empty());
+    }
+
+    #[test]
+    fn per_lock_annotation_keys_round_trip() {
+        assert_eq!(lock_token_annotation("db.v2"), "db.v2.locks.leasehold.dev/fencing-token");
+        assert_eq!(lock_of_token_annotation(&lock_token_annotation("db.v2")), Some("db.v2"));
+        assert_eq!(lock_of_token_annotation(TOKEN_ANNOTATION), None);
+        assert_eq!(lock_of_token_annotation(".locks.leasehold.dev/fencing-token"), None);
+        assert!(is_per_lock_annotation(&lock_withdrawn_annotation("db")));
+        assert!(!is_per_lock_annotation(TOKEN_ANNOTATION));
+        assert_eq!("a".repeat(MAX_MULTI_LOCK_NAME).len() + ".locks.leasehold.dev".len(), 253);
+    }
+}

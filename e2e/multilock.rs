@@ -1,0 +1,228 @@
+//! All-or-nothing multi-lock (issue 14, `docs/multi-lock.md`): pods that ask for several locks
+//! (`leasehold.dev/locks`) run only once they hold every lock of their set, each with that lock's
+//! own token; pods wanting {a, b} and {b, a} do not deadlock; single-lock waiters on the same
+//! locks keep their FIFO places; a waiter on an unrelated lock is not held up; a tentative grant
+//! is taken back for an older waiter.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::api::Api;
+use kube::runtime::watcher;
+use leasehold::lock::{LOCK_ANNOTATION, LOCKS_ANNOTATION, lock_token_annotation, lock_withdrawn_annotation};
+use serde_json::json;
+
+use crate::support::{TestNs, gated_pod, is_gated, phase, token_of, wait_pod, wait_until};
+
+/// One version of a pod as the watch saw it.
+#[derive(Clone, Debug)]
+struct Seen {
+    at: Instant,
+    pod: String,
+    /// Ungated, not finished, not deleted: its work may run.
+    running: bool,
+    /// Per lock of its set (or its one lock): the token recorded on this version.
+    tokens: BTreeMap<String, Option<i64>>,
+}
+
+/// The locks a test pod asks for: its `leasehold.dev/locks` list, or its one lock.
+fn wanted(p: &Pod) -> Vec<String> {
+    let set = leasehold::lock::lock_set(p.annotations());
+    if !set.is_empty() {
+        return set;
+    }
+    p.annotations().get(LOCK_ANNOTATION).map(|l| vec![l.clone()]).unwrap_or_default()
+}
+
+/// Every pod change in the namespace, in watch order.
+fn watch(ns: &TestNs) -> Arc<Mutex<Vec<Seen>>> {
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let (api, log2): (Api<Pod>, _) = (ns.api(), log.clone());
+    tokio::spawn(async move {
+        let mut events = watcher(api, watcher::Config::default()).boxed();
+        while let Some(ev) = events.next().await {
+            let (p, deleted) = match ev {
+                Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) => (p, false),
+                Ok(watcher::Event::Delete(p)) => (p, true),
+                _ => continue,
+            };
+            let multi = !leasehold::lock::lock_set(p.annotations()).is_empty();
+            let tokens = wanted(&p)
+                .into_iter()
+                .map(|l| {
+                    let t = match multi {
+                        true => p.annotations().get(&lock_token_annotation(&l)).and_then(|t| t.parse().ok()),
+                        false => token_of(&p),
+                    };
+                    (l, t)
+                })
+                .collect();
+            let ph = phase(&p);
+            log2.lock().unwrap().push(Seen {
+                at: Instant::now(),
+                pod: p.name_any(),
+                running: !deleted && !is_gated(&p) && ph != "Succeeded" && ph != "Failed",
+                tokens,
+            });
+        }
+    });
+    log
+}
+
+/// A pod that waits at the gate for every lock of `locks` (as written in the annotation) and
+/// finishes `run_for` after it starts.
+fn set_pod(name: &str, locks: &str, run_for: &str) -> Pod {
+    let mut p = gated_pod(name, "unused", run_for);
+    let ann = p.metadata.annotations.get_or_insert_default();
+    ann.remove(LOCK_ANNOTATION);
+    ann.insert(LOCKS_ANNOTATION.into(), locks.into());
+    p
+}
+
+/// Replays the watch log and returns the first violation: a running pod that misses the token
+/// of a lock it asked for (a partial set), or two running pods that need the same lock.
+fn violation(log: &[Seen]) -> Option<String> {
+    let mut now: BTreeMap<&str, &Seen> = BTreeMap::new();
+    for s in log {
+        now.insert(&s.pod, s);
+        if s.running && s.tokens.values().any(Option::is_none) {
+            return Some(format!("{} runs with a partial set: {:?}", s.pod, s.tokens));
+        }
+        let mut users: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+        for r in now.values().filter(|r| r.running) {
+            for l in r.tokens.keys() {
+                users.entry(l).or_default().push(&r.pod);
+            }
+        }
+        if let Some((l, pods)) = users.iter().find(|(_, p)| p.len() > 1) {
+            return Some(format!("lock {l} used by {pods:?} at once"));
+        }
+    }
+    None
+}
+
+/// Per pod, when it was first seen running, and its tokens then.
+fn first_runs(log: &[Seen]) -> BTreeMap<String, (Instant, BTreeMap<String, Option<i64>>)> {
+    let mut out = BTreeMap::new();
+    for s in log.iter().filter(|s| s.running) {
+        out.entry(s.pod.clone()).or_insert((s.at, s.tokens.clone()));
+    }
+    out
+}
+
+/// Waits until every pod in `names` has succeeded.
+async fn all_succeed(ns: &TestNs, names: &[&str], timeout: Duration) {
+    let api: Api<Pod> = ns.api();
+    wait_until(&format!("pods {names:?} to succeed"), timeout, || {
+        let api = api.clone();
+        async move {
+            for n in names {
+                if api.get_opt(n).await.ok().flatten().is_none_or(|p| phase(&p) != "Succeeded") {
+                    return false;
+                }
+            }
+            true
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn multi_lock_pods_in_crossed_order_and_single_waiters_all_finish_without_partial_sets() {
+    let mut ns = TestNs::new("multi").await;
+    let log = watch(&ns);
+    for l in ["a", "b", "c"] {
+        ns.create_lock(l, json!({})).await;
+    }
+    // Created one by one (creationTimestamp has one-second resolution: FIFO order is defined).
+    let pods = [
+        set_pod("m1", "a,b", "6s"),
+        gated_pod("sa1", "a", "2s"),
+        set_pod("m2", "b, a", "2s"),
+        gated_pod("sb1", "b", "1s"),
+        gated_pod("sc1", "c", "1s"),
+        gated_pod("sa2", "a", "1s"),
+    ];
+    for p in pods {
+        ns.create_pod(p).await;
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+    }
+    ns.start_operator(&[]);
+    all_succeed(&ns, &["m1", "sa1", "m2", "sb1", "sc1", "sa2"], Duration::from_secs(120)).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let log = log.lock().unwrap().clone();
+    assert_eq!(violation(&log), None);
+    let runs = first_runs(&log);
+    let at = |p: &str| runs.get(p).unwrap_or_else(|| panic!("{p} was never seen running")).0;
+    // FIFO per lock: a serves m1, sa1, m2, sa2; b serves m1, m2, sb1.
+    assert!(at("m1") < at("sa1") && at("sa1") < at("m2") && at("m2") < at("sa2"), "lock a order: {runs:?}");
+    assert!(at("m2") < at("sb1"), "lock b: sb1 queued behind the older m2: {runs:?}");
+    // The waiter on c is not held up by the others: it runs while m1 (6 s) still runs.
+    let m1_done = log.iter().find(|s| s.pod == "m1" && !s.running && s.at > at("m1")).map(|s| s.at).unwrap();
+    assert!(at("sc1") < m1_done, "sc1 waited for m1 to finish: {runs:?}");
+    // Every pod ran with a token for every lock of its set; per lock, tokens increase in grant order.
+    let mut per_lock: BTreeMap<String, Vec<(Instant, i64)>> = BTreeMap::new();
+    for (pod, (t, tokens)) in &runs {
+        for (l, tok) in tokens {
+            let tok = tok.unwrap_or_else(|| panic!("{pod} ran without a token for {l}"));
+            per_lock.entry(l.clone()).or_default().push((*t, tok));
+        }
+    }
+    for (l, mut grants) in per_lock {
+        grants.sort();
+        let tokens: Vec<i64> = grants.iter().map(|g| g.1).collect();
+        assert!(tokens.windows(2).all(|w| w[0] < w[1]), "lock {l}: tokens {tokens:?} do not increase");
+    }
+    let m2 = ns.api::<Pod>().get("m2").await.unwrap();
+    let ann = m2.annotations();
+    assert!(ann.contains_key(&lock_token_annotation("a")) && ann.contains_key(&lock_token_annotation("b")));
+    ns.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_tentative_grant_is_taken_back_for_an_older_waiter_whose_set_became_servable() {
+    let mut ns = TestNs::new("multiback").await;
+    let log = watch(&ns);
+    for l in ["a", "b"] {
+        ns.create_lock(l, json!({})).await;
+    }
+    ns.start_operator(&[]);
+    // b is busy for a while.
+    ns.create_pod(gated_pod("hb", "b", "8s")).await;
+    wait_pod(&ns, "hb", "granted", |p| !is_gated(p)).await;
+    // An older pod wants {a, x}: x does not exist yet, so a is not reserved for it.
+    ns.create_pod(set_pod("old", "a,x", "2s")).await;
+    ns.wait_event("Pod", "LockSetNotServed").await;
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    // A younger pod wants {a, b}: a is reserved for it (tentatively), b is busy.
+    ns.create_pod(set_pod("young", "a,b", "1s")).await;
+    let tentative = lock_token_annotation("a");
+    let young = wait_pod(&ns, "young", "a reserved", |p| p.annotations().contains_key(&tentative)).await;
+    assert!(is_gated(&young), "young runs without b");
+    let reserved: i64 = young.annotations()[&tentative].parse().unwrap();
+    // x appears: old is now the head of a's queue and can be served; a is taken back from young.
+    ns.create_lock("x", json!({})).await;
+    let withdrawn = lock_withdrawn_annotation("a");
+    let young = wait_pod(&ns, "young", "a withdrawn", |p| p.annotations().contains_key(&withdrawn)).await;
+    assert_eq!(young.annotations()[&withdrawn], reserved.to_string());
+    assert!(is_gated(&young));
+    ns.wait_event("Pod", "LockWithdrawn").await;
+    all_succeed(&ns, &["hb", "old", "young"], Duration::from_secs(90)).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let log = log.lock().unwrap().clone();
+    assert_eq!(violation(&log), None);
+    let runs = first_runs(&log);
+    assert!(runs["old"].0 < runs["young"].0, "old ran first: {runs:?}");
+    let young_a = runs["young"].1["a"].unwrap();
+    let old_a = runs["old"].1["a"].unwrap();
+    assert!(reserved < old_a && old_a < young_a, "a's tokens: reserved {reserved}, old {old_a}, young {young_a}");
+    let holders: BTreeSet<&str> = runs.keys().map(String::as_str).collect();
+    assert_eq!(holders, BTreeSet::from(["hb", "old", "young"]));
+    ns.cleanup().await;
+}
