@@ -1343,6 +1343,11 @@ async fn malformed_claim_annotations_and_a_gate_without_a_lock_are_refused_at_ad
     let no_lock = pod("d", json!({"leasehold.dev/on-busy": "skip"}), true);
     let m = refused(pods.create(&dry, &no_lock).await, &gated_pods).expect("a gate without a lock refused");
     assert!(m.contains("needs the annotation leasehold.dev/lock"), "{m}");
+    // A lock set (issue 14) names its locks too; a list of blanks names none.
+    let blank_set = pod("e", json!({"leasehold.dev/locks": " , "}), true);
+    assert!(refused(pods.create(&dry, &blank_set).await, &gated_pods).is_some(), "a blank lock set refused");
+    let set = pod("f", json!({"leasehold.dev/locks": "a,b"}), true);
+    assert!(pods.create(&dry, &set).await.is_ok(), "a gated pod with a lock set is admitted");
 
     // The same on the workloads the claim injection reads.
     let dep: Deployment = serde_json::from_value(json!({
