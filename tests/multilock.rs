@@ -25,6 +25,14 @@
 //!   plus the answers of its own writes (one write per action, so another writer, a cache
 //!   refresh or a restart can come between any two), and a restart that drops caches and clocks.
 //!
+//! - **A set the operator does not serve yet**: one pod's set may also hold a lock `x` that does
+//!   not exist at first (created by an action; each operator sees it when its lock cache catches
+//!   up). While an operator's lock cache lacks `x`, it leaves the pod out of the queues of `a` and
+//!   `b` unless that lock granted it (gated, no token of the lock recorded, the cached Lease does
+//!   not name it), as `controller::distributed_lock::leave_out_unservable_sets` does. `x` itself is
+//!   abstract: only this pod wants it, so once it exists its grant is recorded on the pod at any
+//!   time (one pod patch), never withdrawn.
+//!
 //! Not modelled here: `highestToken` (never written: the step's lower bound is the Lease's token
 //! and the candidates' tokens alone, a weaker view), time (timeouts are `tests/model.rs`'s), claims
 //! and semaphores as members of a lock set (the controller refuses both until they are modelled).
@@ -77,6 +85,11 @@ enum Bug {
     WithdrawWithoutPodWrite,
     /// Lock `b` orders its queue by its own key (names reversed), not the global one.
     PerLockQueueOrder,
+    /// A gated pod whose set is not served is left out of a lock's queue even when that lock's
+    /// Lease names it (nothing recorded on the pod yet): the Lease is freed as if the pod were
+    /// gone, while another operator's reconcile, on a view in which the Lease names it, still
+    /// records the grant and ungates the pod.
+    LeaveOutNamed,
 }
 
 #[derive(Clone, Debug)]
@@ -88,6 +101,8 @@ struct Config {
     restarts: u8,
     /// Gated pods may be deleted (each at most once).
     deletes: bool,
+    /// The pod whose set also holds the lock `x`, which does not exist at first.
+    unservable: Option<usize>,
     bug: Option<Bug>,
 }
 
@@ -122,12 +137,16 @@ struct PodObj {
     tokens: [Option<i64>; LOCKS],
     /// Per lock: its `<lock>.locks.leasehold.dev/withdrawn` annotation (0: none).
     withdrawn: [i64; LOCKS],
+    /// `x.locks.leasehold.dev/fencing-token` is recorded (only for [`Config::unservable`]'s pod).
+    x_token: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct View {
     leases: [Option<LeaseObj>; LOCKS],
     locks: [LockObj; LOCKS],
+    /// The lock `x` of [`Config::unservable`]'s set exists (part of the lock cache).
+    x_exists: bool,
     pods: Vec<Option<PodObj>>,
 }
 
@@ -182,6 +201,10 @@ enum Action {
     Starts(usize),
     Succeeds(usize),
     Deleted(usize),
+    /// The missing lock `x` is created.
+    CreateX,
+    /// `x`'s grant is recorded on the pod that wants it (it exists, the pod waits).
+    RecordX(usize),
 }
 
 const TAKE_BACK: u8 = 1;
@@ -196,7 +219,7 @@ fn wants(cfg: &Config, i: usize, l: usize) -> bool {
 }
 
 fn is_multi(cfg: &Config, i: usize) -> bool {
-    cfg.pods[i].0.count_ones() > 1
+    cfg.pods[i].0.count_ones() > 1 || cfg.unservable == Some(i)
 }
 
 /// What the controller's conversion functions make of the modelled objects for lock `l`.
@@ -205,7 +228,17 @@ fn snapshot(view: &View, l: usize, fresh: Option<i64>, cfg: &Config) -> Snapshot
     let mut candidates = vec![];
     for (i, p) in view.pods.iter().enumerate() {
         let Some(p) = p.as_ref().filter(|_| wants(cfg, i, l)) else { continue };
-        let others_recorded = (0..LOCKS).filter(|o| *o != l && wants(cfg, i, *o)).all(|o| p.tokens[o].is_some());
+        let wants_x = cfg.unservable == Some(i);
+        // The controller's leave-out rule for a set it does not serve (x missing from the lock
+        // cache): only a pod this lock has not granted (the planted bug: also one its Lease
+        // names, with nothing recorded on the pod yet).
+        let named = view.leases[l].as_ref().is_some_and(|x| x.holder.is_some_and(|(h, uid)| h == i && uid == p.uid));
+        let not_granted = p.gated && p.tokens[l].is_none() && (!named || cfg.bug == Some(Bug::LeaveOutNamed));
+        if wants_x && !view.x_exists && not_granted {
+            continue;
+        }
+        let others_recorded = (0..LOCKS).filter(|o| *o != l && wants(cfg, i, *o)).all(|o| p.tokens[o].is_some())
+            && (!wants_x || p.x_token);
         let multi = is_multi(cfg, i).then(|| MultiLock {
             withdrawn: p.withdrawn[l],
             others_recorded: others_recorded || cfg.bug == Some(Bug::UngateOnFirstLease),
@@ -431,15 +464,28 @@ impl World {
                 .all(|n| (0..LOCKS).all(|l| matches!(self.decide(n, l, cfg).1.plan.decision, Decision::Idle { .. })))
     }
 
+    /// Pod `i` wants the lock `x`, and `x` does not exist or its grant is not recorded on it.
+    fn cfg_waits_for_x(&self, cfg: &Config, i: usize) -> bool {
+        cfg.unservable == Some(i) && !(self.api.x_exists && self.api.pods[i].as_ref().is_some_and(|p| p.x_token))
+    }
+
     /// Waiters that wait for no running holder in a settled state.
     fn stuck(&self, cfg: &Config) -> Vec<&'static str> {
         if !self.settled(cfg) {
             return vec![];
         }
-        let running: Vec<usize> = self.running().map(|(i, _)| i).collect();
+        // A pod that waits only for `x`'s grant to be recorded (an action always enabled once
+        // `x` exists) makes progress like a running one: waiting behind it is no deadlock.
+        let x_pending = (0..cfg.pods.len())
+            .filter(|i| self.api.x_exists && self.api.pods[*i].is_some() && self.cfg_waits_for_x(cfg, *i));
+        let running: Vec<usize> = self.running().map(|(i, _)| i).chain(x_pending).collect();
         let mut stuck = vec![];
         for (i, p) in self.api.pods.iter().enumerate() {
             if !p.as_ref().is_some_and(|p| p.gated) {
+                continue;
+            }
+            // Waiting for `x` (not created, or its grant not recorded yet) is not a deadlock.
+            if self.cfg_waits_for_x(cfg, i) {
                 continue;
             }
             let blocked = (0..LOCKS).any(|l| wants(cfg, i, l) && running.iter().any(|r| wants(cfg, *r, l)));
@@ -478,10 +524,12 @@ impl Model for MultiModel {
             phase: PodPhase::Pending,
             tokens: [None; LOCKS],
             withdrawn: [0; LOCKS],
+            x_token: false,
         };
         let pods = self.cfg.pods.iter().map(|(_, _, present)| present.then(|| pod.clone())).collect();
         let created = self.cfg.pods.iter().enumerate().filter(|(_, p)| p.2).fold(0, |m, (i, _)| m | (1 << i));
-        let api = View { leases: [Some(lease.clone()), Some(lease)], locks: [lock.clone(), lock], pods };
+        let x_exists = self.cfg.unservable.is_none();
+        let api = View { leases: [Some(lease.clone()), Some(lease)], locks: [lock.clone(), lock], x_exists, pods };
         let op =
             Operator { cache: api.clone(), sessions: [None, None], clocks: [Clocks::default(), Clocks::default()] };
         vec![World {
@@ -508,7 +556,7 @@ impl Model for MultiModel {
             if op.cache.leases != w.api.leases {
                 out.push(Action::Sync(n, Kind::Leases));
             }
-            if op.cache.locks != w.api.locks {
+            if op.cache.locks != w.api.locks || op.cache.x_exists != w.api.x_exists {
                 out.push(Action::Sync(n, Kind::Locks));
             }
             if op.cache.pods != w.api.pods {
@@ -518,7 +566,13 @@ impl Model for MultiModel {
                 out.push(Action::Restart(n));
             }
         }
+        if !w.api.x_exists {
+            out.push(Action::CreateX);
+        }
         for (i, p) in w.api.pods.iter().enumerate() {
+            if w.api.x_exists && self.cfg.unservable == Some(i) && p.as_ref().is_some_and(|p| p.gated && !p.x_token) {
+                out.push(Action::RecordX(i));
+            }
             match p {
                 None if w.created & (1 << i) == 0 => out.push(Action::Created(i)),
                 None => {}
@@ -539,7 +593,7 @@ impl Model for MultiModel {
                 let (api, op) = (&w.api, &mut w.ops[n]);
                 match kind {
                     Kind::Leases => op.cache.leases = api.leases.clone(),
-                    Kind::Locks => op.cache.locks = api.locks.clone(),
+                    Kind::Locks => (op.cache.locks, op.cache.x_exists) = (api.locks.clone(), api.x_exists),
                     Kind::Pods => op.cache.pods = api.pods.clone(),
                 }
             }
@@ -559,6 +613,7 @@ impl Model for MultiModel {
                     phase: PodPhase::Pending,
                     tokens: [None; LOCKS],
                     withdrawn: [0; LOCKS],
+                    x_token: false,
                 });
             }
             Action::Starts(i) => {
@@ -574,6 +629,12 @@ impl Model for MultiModel {
             Action::Deleted(i) => {
                 w.deleted |= 1 << i;
                 w.api.pods[i] = None;
+            }
+            Action::CreateX => w.api.x_exists = true,
+            Action::RecordX(i) => {
+                let rv = w.rv();
+                let p = w.api.pods[i].as_mut()?;
+                (p.x_token, p.rv) = (true, rv);
             }
         }
         Some(w)
@@ -657,14 +718,14 @@ const SAME_SECOND: &[(u8, i64, bool)] = &[(0b11, 1, true), (0b11, 1, true)];
 /// restart (a crash between the two Lease writes of one grant among them).
 #[test]
 fn cross_order_pods_and_a_single_lock_waiter_two_operators() {
-    let cfg = Config { pods: CROSS, operators: 2, restarts: 1, deletes: false, bug: None };
+    let cfg = Config { pods: CROSS, operators: 2, restarts: 1, deletes: false, unservable: None, bug: None };
     assert_safe("cross", cfg, 10, &[]);
 }
 
 /// The one-second tie, and the take-back it needs: two operators, lagging caches, a deletion.
 #[test]
 fn a_later_pod_that_sorts_first_takes_back_a_tentative_grant() {
-    let cfg = Config { pods: TIE, operators: 2, restarts: 0, deletes: true, bug: None };
+    let cfg = Config { pods: TIE, operators: 2, restarts: 0, deletes: true, unservable: None, bug: None };
     assert_safe("tie", cfg, 9, &[TAKEN_BACK]);
 }
 
@@ -674,7 +735,7 @@ fn a_later_pod_that_sorts_first_takes_back_a_tentative_grant() {
 fn a_planted_bug_ungate_on_the_first_lease_is_caught() {
     planted(
         Bug::UngateOnFirstLease,
-        Config { pods: CROSS, operators: 1, restarts: 0, deletes: false, bug: None },
+        Config { pods: CROSS, operators: 1, restarts: 0, deletes: false, unservable: None, bug: None },
         9,
         I5,
     );
@@ -684,7 +745,12 @@ fn a_planted_bug_ungate_on_the_first_lease_is_caught() {
 /// while pod-b, its head, holds b tentatively: a deadlock.
 #[test]
 fn a_planted_bug_no_take_back_deadlocks() {
-    planted(Bug::NoTakeBack, Config { pods: TIE, operators: 1, restarts: 0, deletes: false, bug: None }, 14, I6);
+    planted(
+        Bug::NoTakeBack,
+        Config { pods: TIE, operators: 1, restarts: 0, deletes: false, unservable: None, bug: None },
+        14,
+        I6,
+    );
 }
 
 /// The checker can fail: per-lock queue orders that disagree deadlock two multi-lock pods.
@@ -692,7 +758,7 @@ fn a_planted_bug_no_take_back_deadlocks() {
 fn a_planted_bug_per_lock_queue_order_deadlocks() {
     planted(
         Bug::PerLockQueueOrder,
-        Config { pods: SAME_SECOND, operators: 1, restarts: 0, deletes: false, bug: None },
+        Config { pods: SAME_SECOND, operators: 1, restarts: 0, deletes: false, unservable: None, bug: None },
         11,
         I6,
     );
@@ -706,7 +772,7 @@ const LATE_SINGLE: &[(u8, i64, bool)] = &[(0b01, 1, false), (0b11, 1, true)];
 /// on the pod leaves the pod's record of it, and the pod runs on it once its other lock comes.
 #[test]
 fn a_planted_bug_withdraw_without_pod_write_is_caught() {
-    let cfg = Config { pods: LATE_SINGLE, operators: 1, restarts: 0, deletes: false, bug: None };
+    let cfg = Config { pods: LATE_SINGLE, operators: 1, restarts: 0, deletes: false, unservable: None, bug: None };
     planted(Bug::WithdrawWithoutPodWrite, cfg, 11, I5);
 }
 
@@ -714,6 +780,40 @@ fn a_planted_bug_withdraw_without_pod_write_is_caught() {
 /// second is granted both locks as the first releases them), with a restart.
 #[test]
 fn one_operator_serves_both_multi_lock_pods_in_turn() {
-    let cfg = Config { pods: SAME_SECOND, operators: 1, restarts: 1, deletes: false, bug: None };
+    let cfg = Config { pods: SAME_SECOND, operators: 1, restarts: 1, deletes: false, unservable: None, bug: None };
     assert_safe("in-turn", cfg, 20, &[ALL_RAN]);
+}
+
+/// pod-a wants a and the lock x, which does not exist at first; pod-b, created a second later,
+/// wants {a, b}; pod-c, the oldest, wants b alone. While x is missing, a is reserved for pod-b;
+/// once x exists, pod-a (older) takes a back from pod-b.
+const UNSERVED: &[(u8, i64, bool)] = &[(0b01, 1, true), (0b11, 2, true), (0b10, 0, true)];
+
+/// A set the operator does not serve yet (a lock of it missing) is left out of the queues, then
+/// served once the lock exists, taking back a younger pod's tentative grant: one operator.
+#[test]
+fn a_set_with_a_missing_lock_waits_unserved_then_takes_back_a_younger_grant() {
+    let cfg = Config { pods: UNSERVED, operators: 1, restarts: 0, deletes: false, unservable: Some(0), bug: None };
+    assert_safe("unserved", cfg, 13, &[TAKEN_BACK]);
+}
+
+/// pod-a wants a and the missing lock x; pod-b, a second younger, wants a alone.
+const UNSERVED_SINGLE: &[(u8, i64, bool)] = &[(0b01, 1, true), (0b01, 2, true)];
+
+/// Two operators whose lock caches disagree about x: the leave-out rule is safe with one that
+/// has not seen x while the other serves pod-a.
+#[test]
+fn a_set_with_a_missing_lock_two_operators_with_lagging_lock_caches() {
+    let cfg =
+        Config { pods: UNSERVED_SINGLE, operators: 2, restarts: 0, deletes: false, unservable: Some(0), bug: None };
+    assert_safe("unserved-two", cfg, 12, &[]);
+}
+
+/// The checker can fail: leaving out a pod that a lock's Lease names frees that lock as if the
+/// pod were gone, while the other operator, mid-reconcile, ungates the pod on its record.
+#[test]
+fn a_planted_bug_leaving_out_a_granted_pod_is_caught() {
+    let cfg =
+        Config { pods: UNSERVED_SINGLE, operators: 2, restarts: 0, deletes: false, unservable: Some(0), bug: None };
+    planted(Bug::LeaveOutNamed, cfg, 12, I1);
 }
