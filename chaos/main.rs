@@ -5,7 +5,10 @@
 //! `cargo test --test chaos -- [--duration 10m] [--seed N] [--locks N] [--semaphore N]
 //! [--plant ignore-release] [--out DIR] [--cluster NAME]`
 //! runs one run. The last lock is a semaphore with `maxHolders` N (`--semaphore`, 2 by default;
-//! 0: none) when there are at least two locks; the others are plain locks. Without `--duration` (as `make test` runs it) it runs the CI pair: a short run
+//! 0: none) when there are at least two locks; the others are plain locks. When there are two
+//! plain locks or more, gated pods that want the first two at once (`leasehold.dev/locks`, issue
+//! 14) join the workload; each of their grants is a section on both locks, and one seen running
+//! without a token for every lock of its set fails the run. Without `--duration` (as `make test` runs it) it runs the CI pair: a short run
 //! that must be clean, and a short run with a planted bug (a library holder that keeps writing
 //! after its release) that the checker must catch. Exit status 1 when a verdict is wrong.
 //!
@@ -32,7 +35,7 @@ use kube::runtime::watcher;
 use kube::{Client, Config, ResourceExt};
 use leasehold::crd::{DistributedLock, DistributedLockClaim};
 use leasehold::holder::Holder;
-use leasehold::lock::{SLOT_ANNOTATION, TOKEN_ANNOTATION};
+use leasehold::lock::{LOCKS_ANNOTATION, SLOT_ANNOTATION, TOKEN_ANNOTATION, lock_set, lock_token_annotation};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
@@ -237,6 +240,8 @@ struct World {
     cuts: Mutex<BTreeMap<String, tokio::sync::watch::Sender<bool>>>,
     /// Library holder slots inside their critical section now.
     holding: Mutex<BTreeSet<String>>,
+    /// Multi-lock pods seen running without a token for every lock of their set.
+    partial: Mutex<Vec<String>>,
 }
 
 struct Operator {
@@ -330,6 +335,7 @@ async fn run(args: &Args) -> check::Report {
         config: cfg,
         cuts: Mutex::default(),
         holding: Mutex::default(),
+        partial: Mutex::default(),
     });
     let started = now_ns();
     println!(
@@ -352,6 +358,10 @@ async fn run(args: &Args) -> check::Report {
             tasks.push(tokio::spawn(cli_worker(world.clone(), l.clone(), i)));
         }
         tasks.push(tokio::spawn(pod_worker(world.clone(), l.clone())));
+    }
+    let plain: Vec<String> = locks.iter().filter(|l| !limits.contains_key(*l)).cloned().collect();
+    if let [a, b, ..] = plain.as_slice() {
+        tasks.push(tokio::spawn(multi_pod_worker(world.clone(), vec![a.clone(), b.clone()])));
     }
     nemesis(world.clone(), args.duration, args.seed).await;
     let healed = now_ns();
@@ -412,6 +422,9 @@ async fn run(args: &Args) -> check::Report {
     if lost_waiters {
         // Folded into the verdict: a lost waiter fails the run like a forbidden overlap.
         report.token_errors.push(("*".into(), format!("lost waiters: {left:?}"), 0, 0));
+    }
+    for p in world.partial.lock().unwrap().iter() {
+        report.token_errors.push(("*".into(), format!("ran with a partial lock set: {p}"), 0, 0));
     }
     for e in world.harness_errors.lock().unwrap().iter() {
         report.token_errors.push(("*".into(), format!("harness: {e}"), 0, 0));
@@ -677,12 +690,53 @@ async fn pod_worker(w: Arc<World>, lock: String) {
     }
 }
 
-/// Pod sections as a watch sees them: ungated with a token until Succeeded/Failed or gone. The
-/// fenced write is done on the pod's behalf when it is first seen ungated.
+/// Keeps one gated pod waiting that wants every lock of `set` at once (`leasehold.dev/locks`);
+/// kwok completes it 100-400 ms after it starts.
+async fn multi_pod_worker(w: Arc<World>, set: Vec<String>) {
+    let pods: Api<Pod> = Api::namespaced(w.client.clone(), &w.ns);
+    let mut n = 0;
+    while !w.stopping.load(Ordering::SeqCst) {
+        let pending = w.waiting.lock().unwrap().keys().filter(|k| k.starts_with("mpod-")).count();
+        if pending == 0 {
+            n += 1;
+            let name = format!("mpod-{n}");
+            let ms = rand::rng().random_range(100..400);
+            let pod = json!({
+                "metadata": {"name": name, "annotations": {LOCKS_ANNOTATION: set.join(","), "pod-complete.stage.kwok.x-k8s.io/delay": format!("{ms}ms")}},
+                "spec": {"schedulingGates": [{"name": "leasehold.dev/lock"}], "terminationGracePeriodSeconds": 1,
+                         "containers": [{"name": "main", "image": "busybox"}]},
+            });
+            if pods.create(&PostParams::default(), &serde_json::from_value(pod).unwrap()).await.is_ok() {
+                w.waiting.lock().unwrap().insert(name, set.join(","));
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+/// What a pod holds as the watch sees it: per lock of its set (or its one lock), the token
+/// recorded for it (`None`: missing) and its slot.
+fn grants_of(p: &Pod) -> Vec<(String, Option<i64>, u32)> {
+    let ann = p.annotations();
+    let set = lock_set(ann);
+    if !set.is_empty() {
+        let token = |l: &str| ann.get(&lock_token_annotation(l)).and_then(|t| t.parse::<i64>().ok());
+        return set.into_iter().map(|l| (l.clone(), token(&l), 0)).collect();
+    }
+    let token = ann.get(TOKEN_ANNOTATION).and_then(|t| t.parse::<i64>().ok());
+    // Missing reads as slot 0, as the operator reads it.
+    let slot = ann.get(SLOT_ANNOTATION).and_then(|t| t.parse::<u32>().ok()).unwrap_or(0);
+    let lock = ann.get("leasehold.dev/lock").cloned().unwrap_or_default();
+    vec![(lock, token, slot)]
+}
+
+/// Pod sections as a watch sees them: ungated with a token until Succeeded/Failed or gone (a
+/// multi-lock pod: one section per lock of its set). The fenced write is done on the pod's
+/// behalf when it is first seen ungated, once per lock.
 async fn watch_pods(w: Arc<World>) {
     let pods: Api<Pod> = Api::namespaced(w.client.clone(), &w.ns);
     let db = sink::connect(w.pg_port).await.expect("PostgreSQL");
-    let mut open: BTreeMap<String, (String, i64, u32, u64)> = BTreeMap::new();
+    let mut open: BTreeMap<String, Vec<(String, i64, u32, u64)>> = BTreeMap::new();
     let mut done: std::collections::BTreeSet<String> = Default::default();
     let mut stream = watcher(pods.clone(), watcher::Config::default()).boxed();
     while let Some(ev) = stream.next().await {
@@ -695,20 +749,26 @@ async fn watch_pods(w: Arc<World>) {
         for p in seen {
             let name = p.name_any();
             let gated = p.spec.as_ref().and_then(|s| s.scheduling_gates.as_ref()).is_some_and(|g| !g.is_empty());
-            let token = p.annotations().get(TOKEN_ANNOTATION).and_then(|t| t.parse::<i64>().ok());
-            // Missing reads as slot 0, as the operator reads it.
-            let slot = p.annotations().get(SLOT_ANNOTATION).and_then(|t| t.parse::<u32>().ok()).unwrap_or(0);
-            let lock = p.annotations().get("leasehold.dev/lock").cloned().unwrap_or_default();
+            let grants = grants_of(&p);
             let phase = p.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_default();
             let terminal = phase == "Succeeded" || phase == "Failed";
-            if let (false, Some(token), false) = (gated, token, open.contains_key(&name) || done.contains(&name)) {
+            let seen_before = open.contains_key(&name) || done.contains(&name);
+            let multi = !lock_set(p.annotations()).is_empty();
+            if !gated && !seen_before && !terminal && multi && grants.iter().any(|g| g.1.is_none()) {
+                w.partial.lock().unwrap().push(format!("{name}: {grants:?}"));
+            }
+            if !gated && !seen_before && grants.iter().all(|g| g.1.is_some()) {
                 w.waiting.lock().unwrap().remove(&name);
-                open.insert(name.clone(), (lock.clone(), token, slot, now));
-                let _ = sink::write(&db, &lock, slot, &name, token, now).await;
+                let held: Vec<(String, i64, u32, u64)> =
+                    grants.into_iter().map(|(l, t, slot)| (l, t.unwrap_or_default(), slot, now)).collect();
+                for (lock, token, slot, _) in &held {
+                    let _ = sink::write(&db, lock, *slot, &name, *token, now).await;
+                }
+                open.insert(name.clone(), held);
             }
             if terminal {
                 w.waiting.lock().unwrap().remove(&name);
-                if let Some((lock, token, slot, start)) = open.remove(&name) {
+                for (lock, token, slot, start) in open.remove(&name).unwrap_or_default() {
                     w.record(Section { lock, holder: name.clone(), kind: Kind::Pod, token, slot, start, end: now });
                 }
                 if done.insert(name.clone()) {
@@ -720,8 +780,8 @@ async fn watch_pods(w: Arc<World>) {
         for p in gone {
             let name = p.name_any();
             w.waiting.lock().unwrap().remove(&name);
-            if let Some((lock, token, slot, start)) = open.remove(&name) {
-                w.record(Section { lock, holder: name, kind: Kind::Pod, token, slot, start, end: now });
+            for (lock, token, slot, start) in open.remove(&name).unwrap_or_default() {
+                w.record(Section { lock, holder: name.clone(), kind: Kind::Pod, token, slot, start, end: now });
             }
         }
     }
