@@ -350,6 +350,32 @@ fn over_limit(
     }
 }
 
+/// What a pod holds, read from its annotations: per lock of its lock set
+/// (`leasehold.dev/locks`, [`leasehold::lock::lock_set`]) the token recorded for it
+/// (`<lock>.locks.leasehold.dev/fencing-token`; `None` when missing) and slot 0; for a pod that
+/// names one lock (`leasehold.dev/lock`), that lock, its `leasehold.dev/fencing-token` and its
+/// `leasehold.dev/slot` (missing reads as slot 0, as the operator reads it).
+pub fn pod_grants(ann: &BTreeMap<String, String>) -> Vec<(String, Option<i64>, u32)> {
+    use leasehold::lock::{SLOT_ANNOTATION, TOKEN_ANNOTATION, lock_set, lock_token_annotation};
+    let set = lock_set(ann);
+    if !set.is_empty() {
+        let token = |l: &str| ann.get(&lock_token_annotation(l)).and_then(|t| t.parse::<i64>().ok());
+        return set.into_iter().map(|l| (l.clone(), token(&l), 0)).collect();
+    }
+    let token = ann.get(TOKEN_ANNOTATION).and_then(|t| t.parse::<i64>().ok());
+    let slot = ann.get(SLOT_ANNOTATION).and_then(|t| t.parse::<u32>().ok()).unwrap_or(0);
+    let lock = ann.get(leasehold::lock::LOCK_ANNOTATION).cloned().unwrap_or_default();
+    vec![(lock, token, slot)]
+}
+
+/// A running pod's grants ([`pod_grants`]) that break all-or-nothing: a multi-lock pod that runs
+/// without a token for some lock of its set. `Some(description)` when it does.
+pub fn partial_set(pod: &str, ann: &BTreeMap<String, String>) -> Option<String> {
+    let grants = pod_grants(ann);
+    let multi = !leasehold::lock::lock_set(ann).is_empty();
+    (multi && grants.iter().any(|g| g.1.is_none())).then(|| format!("{pod}: {grants:?}"))
+}
+
 // Run by tests/chaos_check.rs (the chaos binary itself has no test harness).
 #[cfg(test)]
 #[allow(dead_code)]

@@ -35,7 +35,7 @@ use kube::runtime::watcher;
 use kube::{Client, Config, ResourceExt};
 use leasehold::crd::{DistributedLock, DistributedLockClaim};
 use leasehold::holder::Holder;
-use leasehold::lock::{LOCKS_ANNOTATION, SLOT_ANNOTATION, TOKEN_ANNOTATION, lock_set, lock_token_annotation};
+use leasehold::lock::LOCKS_ANNOTATION;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
@@ -714,22 +714,6 @@ async fn multi_pod_worker(w: Arc<World>, set: Vec<String>) {
     }
 }
 
-/// What a pod holds as the watch sees it: per lock of its set (or its one lock), the token
-/// recorded for it (`None`: missing) and its slot.
-fn grants_of(p: &Pod) -> Vec<(String, Option<i64>, u32)> {
-    let ann = p.annotations();
-    let set = lock_set(ann);
-    if !set.is_empty() {
-        let token = |l: &str| ann.get(&lock_token_annotation(l)).and_then(|t| t.parse::<i64>().ok());
-        return set.into_iter().map(|l| (l.clone(), token(&l), 0)).collect();
-    }
-    let token = ann.get(TOKEN_ANNOTATION).and_then(|t| t.parse::<i64>().ok());
-    // Missing reads as slot 0, as the operator reads it.
-    let slot = ann.get(SLOT_ANNOTATION).and_then(|t| t.parse::<u32>().ok()).unwrap_or(0);
-    let lock = ann.get("leasehold.dev/lock").cloned().unwrap_or_default();
-    vec![(lock, token, slot)]
-}
-
 /// Pod sections as a watch sees them: ungated with a token until Succeeded/Failed or gone (a
 /// multi-lock pod: one section per lock of its set). The fenced write is done on the pod's
 /// behalf when it is first seen ungated, once per lock.
@@ -749,13 +733,14 @@ async fn watch_pods(w: Arc<World>) {
         for p in seen {
             let name = p.name_any();
             let gated = p.spec.as_ref().and_then(|s| s.scheduling_gates.as_ref()).is_some_and(|g| !g.is_empty());
-            let grants = grants_of(&p);
+            let grants = check::pod_grants(p.annotations());
             let phase = p.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_default();
             let terminal = phase == "Succeeded" || phase == "Failed";
             let seen_before = open.contains_key(&name) || done.contains(&name);
-            let multi = !lock_set(p.annotations()).is_empty();
-            if !gated && !seen_before && !terminal && multi && grants.iter().any(|g| g.1.is_none()) {
-                w.partial.lock().unwrap().push(format!("{name}: {grants:?}"));
+            if let (false, false, false, Some(partial)) =
+                (gated, seen_before, terminal, check::partial_set(&name, p.annotations()))
+            {
+                w.partial.lock().unwrap().push(partial);
             }
             if !gated && !seen_before && grants.iter().all(|g| g.1.is_some()) {
                 w.waiting.lock().unwrap().remove(&name);
