@@ -8,15 +8,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::Api;
-use kube::runtime::watcher;
 use leasehold::lock::{LOCK_ANNOTATION, LOCKS_ANNOTATION, lock_token_annotation, lock_withdrawn_annotation};
 use serde_json::json;
 
-use crate::support::{TestNs, gated_pod, is_gated, phase, token_of, wait_pod, wait_until};
+use crate::support::{TestNs, gated_pod, is_gated, on_pod_changes, phase, token_of, wait_pod, wait_until};
 
 /// One version of a pod as the watch saw it.
 #[derive(Clone, Debug)]
@@ -41,34 +39,26 @@ fn wanted(p: &Pod) -> Vec<String> {
 /// Every pod change in the namespace, in watch order.
 fn watch(ns: &TestNs) -> Arc<Mutex<Vec<Seen>>> {
     let log = Arc::new(Mutex::new(Vec::new()));
-    let (api, log2): (Api<Pod>, _) = (ns.api(), log.clone());
-    tokio::spawn(async move {
-        let mut events = watcher(api, watcher::Config::default()).boxed();
-        while let Some(ev) = events.next().await {
-            let (p, deleted) = match ev {
-                Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) => (p, false),
-                Ok(watcher::Event::Delete(p)) => (p, true),
-                _ => continue,
-            };
-            let multi = !leasehold::lock::lock_set(p.annotations()).is_empty();
-            let tokens = wanted(&p)
-                .into_iter()
-                .map(|l| {
-                    let t = match multi {
-                        true => p.annotations().get(&lock_token_annotation(&l)).and_then(|t| t.parse().ok()),
-                        false => token_of(&p),
-                    };
-                    (l, t)
-                })
-                .collect();
-            let ph = phase(&p);
-            log2.lock().unwrap().push(Seen {
-                at: Instant::now(),
-                pod: p.name_any(),
-                running: !deleted && !is_gated(&p) && ph != "Succeeded" && ph != "Failed",
-                tokens,
-            });
-        }
+    let log2 = log.clone();
+    on_pod_changes(ns, move |p, deleted| {
+        let multi = !leasehold::lock::lock_set(p.annotations()).is_empty();
+        let tokens = wanted(p)
+            .into_iter()
+            .map(|l| {
+                let t = match multi {
+                    true => p.annotations().get(&lock_token_annotation(&l)).and_then(|t| t.parse().ok()),
+                    false => token_of(p),
+                };
+                (l, t)
+            })
+            .collect();
+        let ph = phase(p);
+        log2.lock().unwrap().push(Seen {
+            at: Instant::now(),
+            pod: p.name_any(),
+            running: !deleted && !is_gated(p) && ph != "Succeeded" && ph != "Failed",
+            tokens,
+        });
     });
     log
 }

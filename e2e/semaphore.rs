@@ -6,17 +6,15 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams};
-use kube::runtime::watcher;
 use leasehold::crd::DistributedLock;
 use leasehold::lock::{SLOT_ANNOTATION, TOKEN_ANNOTATION};
 use serde_json::json;
 
-use crate::support::{TestNs, WAIT, is_gated, phase, wait_pod, wait_until};
+use crate::support::{TestNs, WAIT, is_gated, on_pod_changes, phase, wait_pod, wait_until};
 
 /// One pod's state as a watch saw it change.
 #[derive(Clone, Debug)]
@@ -33,27 +31,18 @@ struct Seen {
 /// Every pod change in the namespace, in watch order, with the time it was seen.
 fn watch_pods(ns: &TestNs) -> Arc<Mutex<Vec<Seen>>> {
     let log = Arc::new(Mutex::new(Vec::new()));
-    let api: Api<Pod> = ns.api();
     let log2 = log.clone();
-    tokio::spawn(async move {
-        let mut events = watcher(api, watcher::Config::default()).boxed();
-        while let Some(ev) = events.next().await {
-            let (p, deleted) = match ev {
-                Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) => (p, false),
-                Ok(watcher::Event::Delete(p)) => (p, true),
-                _ => continue,
-            };
-            let ph = phase(&p);
-            let ann = |k: &str| p.annotations().get(k).cloned();
-            log2.lock().unwrap().push(Seen {
-                at: Instant::now(),
-                pod: p.name_any(),
-                holding: !deleted && !is_gated(&p) && ph != "Succeeded" && ph != "Failed",
-                phase: if deleted { "Deleted".into() } else { ph },
-                token: ann(TOKEN_ANNOTATION).and_then(|t| t.parse().ok()),
-                slot: ann(SLOT_ANNOTATION).and_then(|t| t.parse().ok()),
-            });
-        }
+    on_pod_changes(ns, move |p, deleted| {
+        let ph = phase(p);
+        let ann = |k: &str| p.annotations().get(k).cloned();
+        log2.lock().unwrap().push(Seen {
+            at: Instant::now(),
+            pod: p.name_any(),
+            holding: !deleted && !is_gated(p) && ph != "Succeeded" && ph != "Failed",
+            phase: if deleted { "Deleted".into() } else { ph },
+            token: ann(TOKEN_ANNOTATION).and_then(|t| t.parse().ok()),
+            slot: ann(SLOT_ANNOTATION).and_then(|t| t.parse().ok()),
+        });
     });
     log
 }

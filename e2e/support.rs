@@ -345,21 +345,25 @@ pub fn snapshot(log: &Arc<Mutex<HolderLog>>) -> HolderLog {
 /// Watches the namespace's pods that name a lock and records [`HolderLog`].
 pub fn watch_holders(ns: &TestNs) -> Arc<Mutex<HolderLog>> {
     let log = Arc::new(Mutex::new(HolderLog::default()));
-    let api: Api<Pod> = ns.api();
     let log2 = log.clone();
+    on_pod_changes(ns, move |p, deleted| record(&mut log2.lock().unwrap(), p, deleted));
+    log
+}
+
+/// Calls `f(pod, deleted)` for every version of every pod of the namespace a watch delivers, in
+/// watch order, from a background task (for the test's lifetime).
+pub fn on_pod_changes(ns: &TestNs, mut f: impl FnMut(&Pod, bool) + Send + 'static) {
+    let api: Api<Pod> = ns.api();
     tokio::spawn(async move {
         let mut events = watcher(api, watcher::Config::default()).boxed();
         while let Some(ev) = events.next().await {
-            let Ok(ev) = ev else { continue };
-            let mut log = log2.lock().unwrap();
             match ev {
-                watcher::Event::Apply(p) | watcher::Event::InitApply(p) => record(&mut log, &p, false),
-                watcher::Event::Delete(p) => record(&mut log, &p, true),
+                Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) => f(&p, false),
+                Ok(watcher::Event::Delete(p)) => f(&p, true),
                 _ => {}
             }
         }
     });
-    log
 }
 
 fn record(log: &mut HolderLog, p: &Pod, deleted: bool) {
