@@ -1273,13 +1273,50 @@ async fn workloads_created_while_the_operator_is_down_never_run_unlocked() {
         assert_eq!(l.owner_references().len(), 1, "{lock} owned by its workload");
     }
 
-    // Removing the annotation takes the claim out at admission, operator or not.
+    // A lock set (issue 14): the policy writes "<own lock>,<list>" into the template and leaves
+    // out the single-lock annotation and the busy policy; the operator applies the same string.
+    let template_ann = |cj: CronJob| {
+        cj.spec.job_template.spec.unwrap().template.metadata.and_then(|m| m.annotations).unwrap_or_default()
+    };
+    let mut pair = singleton_cronjob("pair", "1s");
+    let ann = pair.metadata.annotations.get_or_insert_default();
+    ann.insert("leasehold.dev/locks".into(), "shared".into());
+    ann.insert("leasehold.dev/max-wait".into(), "1h".into());
+    let t = template_ann(cronjobs.create(&create, &pair).await.unwrap());
+    assert_eq!(t.get("leasehold.dev/locks").map(String::as_str), Some("pair,shared"), "{t:?}");
+    assert!(!t.contains_key("leasehold.dev/lock") && !t.contains_key("leasehold.dev/max-wait"), "{t:?}");
+    wait_until("the operator creates pair's own lock", WAIT, || async {
+        locks.get_opt("pair").await.ok().flatten().is_some()
+    })
+    .await;
+    let t = template_ann(cronjobs.get("pair").await.unwrap());
+    assert_eq!(t.get("leasehold.dev/locks").map(String::as_str), Some("pair,shared"), "after the operator: {t:?}");
+    // A bare pod with a lock set and no gate is gated at admission too.
+    let mut bare_set = bare_claim_pod("bare-set", "unused");
+    let ann = bare_set.metadata.annotations.get_or_insert_default();
+    ann.remove("leasehold.dev/lock");
+    ann.insert("leasehold.dev/locks".into(), "shared,pair".into());
+    assert!(is_gated(&ns.api::<Pod>().create(&dry, &bare_set).await.unwrap()), "a pod with a lock set is gated");
+    // A single-lock workload that gains a list switches to the set: the single-lock annotation
+    // goes, the set comes, still gated.
+    let add = json!({"metadata": {"annotations": {"leasehold.dev/locks": "shared"}}});
+    let cj = cronjobs.patch("nightly", &PatchParams::default(), &Patch::Merge(&add)).await.unwrap();
+    let template = cj.spec.job_template.spec.unwrap().template;
+    let t = template.metadata.clone().and_then(|m| m.annotations).unwrap_or_default();
+    assert_eq!(t.get("leasehold.dev/locks").map(String::as_str), Some("nightly,shared"), "{t:?}");
+    assert!(!t.contains_key("leasehold.dev/lock"), "{t:?}");
+    assert!(is_gated(&Pod { spec: template.spec, ..Pod::default() }), "still gated");
+
+    // Removing the annotations takes the claim out at admission, operator or not.
     drop(op);
-    let unannotate = json!({"metadata": {"annotations": {"leasehold.dev/singleton": null}}});
+    let unannotate =
+        json!({"metadata": {"annotations": {"leasehold.dev/singleton": null, "leasehold.dev/locks": null}}});
     let cj = cronjobs.patch("nightly", &PatchParams::default(), &Patch::Merge(&unannotate)).await.unwrap();
     let template = cj.spec.job_template.spec.unwrap().template;
     assert!(!template_claimed(&template), "claim removed with the annotation: {template:?}");
+    assert!(!is_gated(&Pod { spec: template.spec.clone(), ..Pod::default() }), "gate removed: {template:?}");
     let annotations = template.metadata.and_then(|m| m.annotations).unwrap_or_default();
+    assert!(!annotations.contains_key("leasehold.dev/locks"), "lock set removed: {annotations:?}");
     assert!(
         annotations.contains_key("pod-complete.stage.kwok.x-k8s.io/delay"),
         "the template's own annotations stay: {annotations:?}"

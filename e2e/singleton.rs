@@ -6,6 +6,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use leasehold::crd::DistributedLock;
+use leasehold::lock::{LOCK_ANNOTATION, LOCKS_ANNOTATION, lock_token_annotation};
 use serde_json::{Value, json};
 
 use crate::support::{TestNs, WAIT, is_gated, phase, snapshot, token_of, wait_pod, wait_until, watch_holders};
@@ -318,5 +319,66 @@ async fn the_singleton_cronjob_example_applies_as_it_is_and_its_runs_get_the_loc
     ns.kubectl(&["create", "job", "first-run", "--from=cronjob/nightly-report"]);
     let pod = wait_job_pod(&ns, "first-run", "granted", |p| !is_gated(p)).await;
     assert_eq!(token_of(&pod), Some(1), "the first run holds token 1");
+    ns.cleanup().await;
+}
+
+/// The CronJob's pod-template annotations.
+async fn template_annotations(ns: &TestNs, name: &str) -> std::collections::BTreeMap<String, String> {
+    let cj = ns.api::<CronJob>().get(name).await.unwrap();
+    cj.spec.job_template.spec.unwrap().template.metadata.and_then(|m| m.annotations).unwrap_or_default()
+}
+
+/// A singleton CronJob that also lists a lock set (issue 14, `leasehold.dev/locks`): its pod
+/// template carries `leasehold.dev/locks: <own lock>,<list>` and the gate, with neither the
+/// single-lock annotation nor the busy policy (not served with sets: a `PolicyIgnored` Warning
+/// says so); a run waits while another pod holds one lock of the set, then runs with a token of
+/// each lock. Taking the list off turns the template back into a single-lock claim.
+#[tokio::test]
+async fn a_singleton_cronjob_with_a_lock_set_runs_only_once_it_holds_every_lock() {
+    let mut ns = TestNs::new("cronset").await;
+    ns.start_operator(&[]);
+    ns.create_lock("db", json!({})).await;
+    ns.create_gated_pod("blocker", "db", "10m").await;
+    let blocker = wait_pod(&ns, "blocker", "granted db", |p| !is_gated(p) && token_of(p).is_some()).await;
+    let blocker_token = token_of(&blocker).unwrap();
+
+    let ann = json!({"leasehold.dev/singleton": "true", "leasehold.dev/locks": "db", "leasehold.dev/on-busy": "skip"});
+    let cjs = ns.api::<CronJob>();
+    cjs.create(&PostParams::default(), &cronjob("report", ann, "2s")).await.unwrap();
+    wait_until("the lock set in the CronJob's pod template", WAIT, || async {
+        template_annotations(&ns, "report").await.get(LOCKS_ANNOTATION).map(String::as_str) == Some("report,db")
+    })
+    .await;
+    let t = template_annotations(&ns, "report").await;
+    assert!(!t.contains_key(LOCK_ANNOTATION) && !t.contains_key("leasehold.dev/on-busy"), "{t:?}");
+    let own = ns.api::<DistributedLock>().get("report").await.expect("the CronJob's own lock created");
+    assert!(own.owner_references().iter().any(|o| o.kind == "CronJob" && o.name == "report"));
+    let ignored = ns.wait_event("CronJob", "PolicyIgnored").await;
+    assert!(ignored.note.unwrap_or_default().contains("leasehold.dev/on-busy: skip"));
+
+    ns.kubectl(&["create", "job", "run-0", "--from=cronjob/report"]);
+    let run = wait_job_pod(&ns, "run-0", "created", |_| true).await;
+    assert_eq!(run.annotations().get(LOCKS_ANNOTATION).map(String::as_str), Some("report,db"));
+    // db is busy: the run gets at most a reservation of its own lock, and stays gated.
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    let run = wait_pod(&ns, &run.name_any(), "still there", |_| true).await;
+    assert!(is_gated(&run), "ran while blocker holds db: {:?}", run.annotations());
+    assert!(!run.annotations().contains_key(&lock_token_annotation("db")));
+
+    ns.api::<Pod>().delete("blocker", &DeleteParams::default()).await.unwrap();
+    let run = wait_pod(&ns, &run.name_any(), "ungated with both locks", |p| !is_gated(p)).await;
+    let token = |lock: &str| run.annotations().get(&lock_token_annotation(lock)).and_then(|t| t.parse::<i64>().ok());
+    assert!(token("report").is_some(), "{:?}", run.annotations());
+    assert!(token("db").is_some_and(|t| t > blocker_token), "db's token grows: {:?}", run.annotations());
+    wait_job_pod(&ns, "run-0", "Succeeded", |p| phase(p) == "Succeeded").await;
+
+    // Without the list, a single-lock claim again.
+    let patch = json!({"metadata": {"annotations": {"leasehold.dev/locks": null}}});
+    cjs.patch("report", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    wait_until("the single-lock claim back in the template", WAIT, || async {
+        let t = template_annotations(&ns, "report").await;
+        t.get(LOCK_ANNOTATION).map(String::as_str) == Some("report") && !t.contains_key(LOCKS_ANNOTATION)
+    })
+    .await;
     ns.cleanup().await;
 }

@@ -19,7 +19,7 @@ use serde_json::Value;
 
 use crate::controller::workload::SINGLETON_ANNOTATION;
 use crate::lock::policy::{MAX_WAIT_ANNOTATION, ON_BUSY_ANNOTATION};
-use crate::lock::{LOCK_ANNOTATION, SCHEDULING_GATE};
+use crate::lock::{LOCK_ANNOTATION, LOCKS_ANNOTATION, SCHEDULING_GATE};
 
 /// Options of `leasehold ungate`.
 #[derive(clap::Args, Debug, Clone)]
@@ -47,7 +47,8 @@ const WORKLOADS: [(&str, &[&str]); 3] = [
 ];
 
 /// The annotations a claim consists of, on a workload and in its pod template.
-const CLAIM_ANNOTATIONS: [&str; 4] = [LOCK_ANNOTATION, SINGLETON_ANNOTATION, ON_BUSY_ANNOTATION, MAX_WAIT_ANNOTATION];
+const CLAIM_ANNOTATIONS: [&str; 5] =
+    [LOCK_ANNOTATION, LOCKS_ANNOTATION, SINGLETON_ANNOTATION, ON_BUSY_ANNOTATION, MAX_WAIT_ANNOTATION];
 
 /// Takes the claim out of one workload object (JSON, as the API server returns it): the claim
 /// annotations from its metadata and from its pod template at `template` (a path of keys), and
@@ -83,8 +84,8 @@ fn remove_annotations(obj: &mut Value) -> bool {
 }
 
 /// The strategic merge patch that ungates a pod: deletes the `leasehold.dev/lock` entry of
-/// `spec.schedulingGates` (a list merged by `name`) and the pod's `leasehold.dev/lock`
-/// annotation, with the pod's resourceVersion as precondition (a concurrent change fails the
+/// `spec.schedulingGates` (a list merged by `name`) and the pod's `leasehold.dev/lock` and
+/// `leasehold.dev/locks` annotations, with the pod's resourceVersion as precondition (a concurrent change fails the
 /// patch with 409 instead of being overwritten). `None` if the pod is not gated by Leasehold.
 pub fn ungate_patch(pod: &Pod) -> Option<Value> {
     let gates = pod.spec.as_ref()?.scheduling_gates.as_ref()?;
@@ -92,7 +93,7 @@ pub fn ungate_patch(pod: &Pod) -> Option<Value> {
         serde_json::json!({
             "metadata": {
                 "resourceVersion": pod.resource_version(),
-                "annotations": {(LOCK_ANNOTATION): null},
+                "annotations": {(LOCK_ANNOTATION): null, (LOCKS_ANNOTATION): null},
             },
             "spec": {"schedulingGates": [{"name": SCHEDULING_GATE, "$patch": "delete"}]},
         })
@@ -222,6 +223,14 @@ mod tests {
                            "spec": {"template": {"spec": {"schedulingGates": [{"name": "leasehold.dev/lock"}]}}}});
         assert!(strip_workload(&mut d, &["spec", "template"]));
         assert_eq!(d["spec"]["template"]["spec"], json!({}));
+        let mut set = json!({"metadata": {"annotations": {"leasehold.dev/locks": "a,b"}},
+                             "spec": {"template": {"metadata": {"annotations": {"leasehold.dev/locks": "a,b"}},
+                                                   "spec": {"schedulingGates": [{"name": "leasehold.dev/lock"}]}}}});
+        assert!(strip_workload(&mut set, &["spec", "template"]));
+        assert_eq!(
+            set,
+            json!({"metadata": {"annotations": {}}, "spec": {"template": {"metadata": {"annotations": {}}, "spec": {}}}})
+        );
         let mut plain = json!({"metadata": {"name": "p"}, "spec": {"template": {"spec": {}}}});
         assert!(!strip_workload(&mut plain, &["spec", "template"]));
     }
@@ -236,7 +245,7 @@ mod tests {
         let patch = ungate_patch(&pod).unwrap();
         assert_eq!(patch["spec"]["schedulingGates"], json!([{"name": "leasehold.dev/lock", "$patch": "delete"}]));
         assert_eq!(patch["metadata"]["resourceVersion"], "42");
-        assert_eq!(patch["metadata"]["annotations"]["leasehold.dev/lock"], Value::Null);
+        assert_eq!(patch["metadata"]["annotations"], json!({"leasehold.dev/lock": null, "leasehold.dev/locks": null}));
         let ungated: Pod =
             serde_json::from_value(json!({"metadata": {"name": "q"}, "spec": {"containers": []}})).unwrap();
         assert!(ungate_patch(&ungated).is_none());

@@ -29,6 +29,18 @@ pub struct PodContext {
     pub warned: Mutex<HashSet<(String, &'static str)>>,
 }
 
+impl PodContext {
+    /// Records that `uid` was warned about `reason`; true the first time (then warn).
+    fn first_warning(&self, uid: &str, reason: &'static str) -> bool {
+        self.warned.lock().unwrap_or_else(|e| e.into_inner()).insert((uid.to_string(), reason))
+    }
+
+    /// Forgets that `uid` was warned about `reason`, so it is warned again if it recurs.
+    fn forget_warning(&self, uid: &str, reason: &'static str) {
+        self.warned.lock().unwrap_or_else(|e| e.into_inner()).remove(&(uid.to_string(), reason));
+    }
+}
+
 /// A pod watch event for the checks.
 pub enum PodEvent {
     /// The pod (which names a lock) was created or changed.
@@ -64,10 +76,10 @@ async fn check_claim(claim: &DistributedLockClaim, pctx: &PodContext) {
     let ns = claim.namespace().unwrap_or_default();
     let lock = super::ObjectRef::<DistributedLock>::new(&claim.spec.lock).within(&ns);
     if pctx.locks.get(&lock).is_some() {
-        pctx.warned.lock().unwrap_or_else(|e| e.into_inner()).remove(&(uid, "LockNotFound"));
+        pctx.forget_warning(&uid, "LockNotFound");
         return;
     }
-    if pctx.warned.lock().unwrap_or_else(|e| e.into_inner()).insert((uid, "LockNotFound")) {
+    if pctx.first_warning(&uid, "LockNotFound") {
         let note = format!(
             "DistributedLock {} does not exist in namespace {ns}; the claim waits until it is created",
             claim.spec.lock
@@ -79,12 +91,8 @@ async fn check_claim(claim: &DistributedLockClaim, pctx: &PodContext) {
 /// Checks one pod that asks for a lock set (`leasehold.dev/locks`); each warning is given once
 /// per pod, and `LockSetNotServed` again after the set was servable for a while.
 async fn check_set(pod: &Pod, set: &[String], pctx: &PodContext) {
-    if pod.metadata.deletion_timestamp.is_some() {
-        return;
-    }
     let uid = pod.uid().unwrap_or_default();
-    let warn =
-        |reason: &'static str| pctx.warned.lock().unwrap_or_else(|e| e.into_inner()).insert((uid.clone(), reason));
+    let warn = |reason: &'static str| pctx.first_warning(&uid, reason);
     let ns = pod.namespace().unwrap_or_default();
     match super::distributed_lock::lock_set_unservable(&pctx.locks, &ns, set) {
         Some(why) if warn("LockSetNotServed") => {
@@ -95,9 +103,7 @@ async fn check_set(pod: &Pod, set: &[String], pctx: &PodContext) {
             pctx.ctx.event(&pod_ref(pod), EventType::Warning, "LockSetNotServed", note, "Wait").await;
         }
         Some(_) => {}
-        None => {
-            pctx.warned.lock().unwrap_or_else(|e| e.into_inner()).remove(&(uid.clone(), "LockSetNotServed"));
-        }
+        None => pctx.forget_warning(&uid, "LockSetNotServed"),
     }
     let ann = |k: &str| pod.annotations().get(k).map(String::as_str);
     let ignored = [
@@ -128,18 +134,18 @@ async fn check_set(pod: &Pod, set: &[String], pctx: &PodContext) {
 }
 
 /// Checks one pod that names a lock; each warning is given once per pod.
+/// A pod being deleted is not checked.
 async fn check(pod: &Pod, pctx: &PodContext) {
+    if pod.metadata.deletion_timestamp.is_some() {
+        return;
+    }
     let set = lock_set(pod.annotations());
     if !set.is_empty() {
         return check_set(pod, &set, pctx).await;
     }
     let Some(lock) = lock_of(pod) else { return };
-    if pod.metadata.deletion_timestamp.is_some() {
-        return;
-    }
     let uid = pod.uid().unwrap_or_default();
-    let warn =
-        |reason: &'static str| pctx.warned.lock().unwrap_or_else(|e| e.into_inner()).insert((uid.clone(), reason));
+    let warn = |reason: &'static str| pctx.first_warning(&uid, reason);
     let ns = pod.namespace().unwrap_or_default();
 
     if pctx.locks.get(&lock).is_none() {
@@ -154,7 +160,7 @@ async fn check(pod: &Pod, pctx: &PodContext) {
             pctx.ctx.event(&pod_ref(pod), EventType::Warning, "LockNotFound", note, "Wait").await;
         }
     } else {
-        pctx.warned.lock().unwrap_or_else(|e| e.into_inner()).remove(&(uid.clone(), "LockNotFound"));
+        pctx.forget_warning(&uid, "LockNotFound");
     }
 
     let bound_without_grant = pod.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some()

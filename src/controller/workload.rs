@@ -9,6 +9,14 @@
 //!   by server-side apply under the field manager `leasehold.dev/workload` (GitOps tools can be
 //!   told to ignore that manager). No webhook: the edit is visible in the object.
 //!
+//! A workload annotated `leasehold.dev/locks: db,bucket` (issue 14, `docs/multi-lock.md`) asks
+//! for a lock set: its pod template gets `leasehold.dev/locks` and the gate, and every pod runs
+//! only once it holds all of them. With `singleton: "true"` (or `leasehold.dev/lock`) as well, that
+//! lock joins the set: the template's list is `<lock>,<the workload's list>`, written verbatim (the
+//! claim-injection policy builds the same string, so the two never undo each other). Busy policies
+//! (`on-busy`, `max-wait`) are not served with lock sets and are not copied (Warning Event
+//! `PolicyIgnored`).
+//!
 //! Removing the annotation applies an empty configuration under the same manager, which removes
 //! exactly the fields we added, and deletes the lock if the workload owned it.
 //!
@@ -35,7 +43,7 @@ use super::Context;
 use crate::crd::{DistributedLock, DistributedLockSpec};
 use crate::error::{Error, Result, call};
 use crate::lock::policy::{MAX_WAIT_ANNOTATION, ON_BUSY_ANNOTATION};
-use crate::lock::{LOCK_ANNOTATION, SCHEDULING_GATE};
+use crate::lock::{LOCK_ANNOTATION, LOCKS_ANNOTATION, SCHEDULING_GATE, lock_set};
 
 /// Annotation on a workload: `"true"` makes it a singleton with a lock named after it.
 pub const SINGLETON_ANNOTATION: &str = "leasehold.dev/singleton";
@@ -109,28 +117,66 @@ impl Workload for Deployment {
 /// What a workload's annotations ask for.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Claim {
-    /// Lock name.
+    /// The workload's own or named lock (`singleton` / `leasehold.dev/lock`); empty when the
+    /// workload only lists a lock set.
     pub lock: String,
-    /// True when the lock is the workload's own (singleton annotation, named after it).
+    /// True when `lock` is the workload's own (singleton annotation, named after it).
     pub own: bool,
-    /// Extra pod-template annotations to copy (`on-busy`, `max-wait`).
+    /// The workload's busy policy (`on-busy`, `max-wait`), copied into the pod template; not
+    /// copied for a lock set (busy policies are not served with sets).
     pub policy: Vec<(String, String)>,
+    /// For a lock set: the pod template's `leasehold.dev/locks` value, `<lock>,<listed>` when the
+    /// workload also has a lock of its own, else the workload's `leasehold.dev/locks` verbatim.
+    pub set: Option<String>,
 }
 
-/// Reads the claim from a workload's annotations; `None` if it has none.
+impl Claim {
+    /// Every lock the claim needs to exist: `lock`, or the parsed set (sorted, no repeats).
+    pub fn locks(&self) -> Vec<String> {
+        match &self.set {
+            Some(set) => lock_set([(&LOCKS_ANNOTATION.to_string(), set)]),
+            None => vec![self.lock.clone()],
+        }
+    }
+
+    /// The pod-template annotations of the claim: `leasehold.dev/locks` for a set, else
+    /// `leasehold.dev/lock` and the copied policy.
+    pub fn template_annotations(&self) -> serde_json::Map<String, Value> {
+        let mut annotations = serde_json::Map::new();
+        match &self.set {
+            Some(set) => {
+                annotations.insert(LOCKS_ANNOTATION.into(), set.clone().into());
+            }
+            None => {
+                annotations.insert(LOCK_ANNOTATION.into(), self.lock.clone().into());
+                for (k, v) in &self.policy {
+                    annotations.insert(k.clone(), v.clone().into());
+                }
+            }
+        }
+        annotations
+    }
+}
+
+/// Reads the claim from a workload's annotations; `None` if it has none. The chart's
+/// claim-injection policy (`charts/leasehold/templates/claim-injection.yaml`) reads them the same
+/// way; the two must agree, or each would undo the other's pod template.
 pub fn claim_of(name: &str, annotations: &std::collections::BTreeMap<String, String>) -> Option<Claim> {
     let lock = annotations.get(LOCK_ANNOTATION).map(|l| l.trim().to_string()).filter(|l| !l.is_empty());
     let singleton = annotations.get(SINGLETON_ANNOTATION).is_some_and(|v| v.trim().eq_ignore_ascii_case("true"));
+    let listed = annotations.get(LOCKS_ANNOTATION).filter(|v| v.split(',').any(|l| !l.trim().is_empty()));
     let (lock, own) = match (lock, singleton) {
         (Some(l), _) => (l.clone(), l == name && singleton),
         (None, true) => (name.to_string(), true),
+        (None, false) if listed.is_some() => (String::new(), false),
         (None, false) => return None,
     };
+    let set = listed.map(|l| if lock.is_empty() { l.clone() } else { format!("{lock},{l}") });
     let policy = [ON_BUSY_ANNOTATION, MAX_WAIT_ANNOTATION]
         .iter()
         .filter_map(|k| annotations.get(*k).map(|v| (k.to_string(), v.clone())))
         .collect();
-    Some(Claim { lock, own, policy })
+    Some(Claim { lock, own, policy, set })
 }
 
 /// Reconciles one workload: adds or removes the claim, ensures the lock, reports deadlocks.
@@ -157,48 +203,28 @@ pub async fn reconcile<W: Workload>(obj: Arc<W>, ctx: Arc<Context>) -> Result<Ac
         return Ok(Action::await_change());
     };
 
-    // The lock.
-    let lock = match call("get DistributedLock", locks.get_opt(&claim.lock)).await? {
-        // A singleton whose lock already exists and was not made for it (a lock someone created
-        // with the same name, or another workload's): its runs share that lock, and it is not
-        // deleted with the workload. Allowed (sharing a lock is a feature), but said.
-        Some(l) if claim.own && !owned_by(&l, obj.as_ref()) => {
-            let note = format!(
-                "DistributedLock {} already exists and was not created for {} {name}: its runs share that lock with \
-                 whatever else uses it, and it is not deleted with the {}; to use a lock of its own, set the \
-                 annotation {LOCK_ANNOTATION} to another name",
-                claim.lock,
-                W::KIND,
-                W::KIND
-            );
-            ctx.event(&obj.object_ref(&()), EventType::Warning, "LockNotOwned", note, "Claim").await;
-            l
+    // The locks: each created if missing (owned by the workload only when it is its own lock).
+    let mut held = Vec::new();
+    for lock in claim.locks() {
+        let own = claim.own && lock == claim.lock;
+        match ensure_lock(&ctx, &locks, obj.as_ref(), &lock, own).await? {
+            Some(l) => held.push(l),
+            None => return Ok(Action::requeue(Duration::from_millis(200))),
         }
-        Some(l) => l,
-        None => {
-            let owner = claim.own.then(|| owner_ref(obj.as_ref())).flatten();
-            let mut lock = DistributedLock::new(&claim.lock, DistributedLockSpec::default());
-            lock.metadata.owner_references = owner.map(|o| vec![o]);
-            match call("create DistributedLock", locks.create(&PostParams::default(), &lock)).await {
-                Ok(l) => {
-                    let note = format!("created DistributedLock {} for {} {name}", claim.lock, W::KIND);
-                    ctx.event(&obj.object_ref(&()), EventType::Normal, "LockCreated", note, "Create").await;
-                    l
-                }
-                Err(e) if e.is_conflict() => return Ok(Action::requeue(Duration::from_millis(200))),
-                Err(e) => return Err(e),
-            }
-        }
-    };
+    }
+    if claim.set.is_some() && !claim.policy.is_empty() {
+        let note = format!(
+            "{} {name} asks for a lock set ({LOCKS_ANNOTATION}): its busy policy ({}) is not copied into the pod \
+             template, as busy policies are not served with lock sets; its pods wait until they hold every lock",
+            W::KIND,
+            claim.policy.iter().map(|(k, v)| format!("{k}: {v}")).collect::<Vec<_>>().join(", ")
+        );
+        ctx.event(&obj.object_ref(&()), EventType::Warning, "PolicyIgnored", note, "Claim").await;
+    }
 
     // The claim in the pod template.
-    let mut annotations = serde_json::Map::new();
-    annotations.insert(LOCK_ANNOTATION.into(), claim.lock.clone().into());
-    for (k, v) in &claim.policy {
-        annotations.insert(k.clone(), v.clone().into());
-    }
     let template = json!({
-        "metadata": { "annotations": annotations },
+        "metadata": { "annotations": claim.template_annotations() },
         "spec": { "schedulingGates": [ { "name": SCHEDULING_GATE } ] },
     });
     let apply = json!({
@@ -210,11 +236,59 @@ pub async fn reconcile<W: Workload>(obj: Arc<W>, ctx: Arc<Context>) -> Result<Ac
 
     // Deadlocks this controller can see coming.
     let deadlock = obj.deadlock();
-    set_degraded(&ctx, &locks, &lock, deadlock.as_deref()).await?;
+    for lock in &held {
+        set_degraded(&ctx, &locks, lock, deadlock.as_deref()).await?;
+    }
     if let Some(why) = &deadlock {
         ctx.event(&obj.object_ref(&()), EventType::Warning, "RollingUpdateDeadlock", why.clone(), "Check").await;
     }
     Ok(Action::await_change())
+}
+
+/// The DistributedLock `lock` for workload `obj`, created if missing (with `obj` as owner when
+/// `own`); `None` when a concurrent create won (409: requeue and read it). A singleton whose own
+/// lock exists but was not made for it gets a Warning Event `LockNotOwned`.
+///
+/// # Errors
+/// Any other API error of the get or create.
+async fn ensure_lock<W: Workload>(
+    ctx: &Context,
+    locks: &Api<DistributedLock>,
+    obj: &W,
+    lock: &str,
+    own: bool,
+) -> Result<Option<DistributedLock>> {
+    let name = obj.name_any();
+    match call("get DistributedLock", locks.get_opt(lock)).await? {
+        // A singleton whose lock already exists and was not made for it (a lock someone created
+        // with the same name, or another workload's): its runs share that lock, and it is not
+        // deleted with the workload. Allowed (sharing a lock is a feature), but said.
+        Some(l) if own && !owned_by(&l, obj) => {
+            let note = format!(
+                "DistributedLock {lock} already exists and was not created for {} {name}: its runs share that lock \
+                 with whatever else uses it, and it is not deleted with the {}; to use a lock of its own, set the \
+                 annotation {LOCK_ANNOTATION} to another name",
+                W::KIND,
+                W::KIND
+            );
+            ctx.event(&obj.object_ref(&()), EventType::Warning, "LockNotOwned", note, "Claim").await;
+            Ok(Some(l))
+        }
+        Some(l) => Ok(Some(l)),
+        None => {
+            let mut new = DistributedLock::new(lock, DistributedLockSpec::default());
+            new.metadata.owner_references = own.then(|| owner_ref(obj)).flatten().map(|o| vec![o]);
+            match call("create DistributedLock", locks.create(&PostParams::default(), &new)).await {
+                Ok(l) => {
+                    let note = format!("created DistributedLock {lock} for {} {name}", W::KIND);
+                    ctx.event(&obj.object_ref(&()), EventType::Normal, "LockCreated", note, "Create").await;
+                    Ok(Some(l))
+                }
+                Err(e) if e.is_conflict() => Ok(None),
+                Err(e) => Err(e),
+            }
+        }
+    }
 }
 
 /// Requeues a failed workload reconcile after 5 s (quicker for conflicts).
@@ -284,7 +358,7 @@ mod tests {
     #[test]
     fn singleton_names_the_lock_after_the_workload() {
         let c = claim_of("nightly", &ann(&[(SINGLETON_ANNOTATION, "true")])).unwrap();
-        assert_eq!(c, Claim { lock: "nightly".into(), own: true, policy: vec![] });
+        assert_eq!(c, Claim { lock: "nightly".into(), own: true, policy: vec![], set: None });
     }
 
     #[test]
@@ -293,6 +367,31 @@ mod tests {
         assert_eq!(c.lock, "shared");
         assert!(!c.own);
         assert_eq!(c.policy, vec![(ON_BUSY_ANNOTATION.to_string(), "skip".to_string())]);
+    }
+
+    #[test]
+    fn a_lock_set_goes_into_the_template_verbatim_after_the_workloads_own_lock() {
+        // Only a list: the template's list is the workload's, verbatim; no lock of its own.
+        let c = claim_of("job", &ann(&[(LOCKS_ANNOTATION, " db, bucket")])).unwrap();
+        assert_eq!((c.lock.as_str(), c.own, c.set.as_deref()), ("", false, Some(" db, bucket")));
+        assert_eq!(c.locks(), ["bucket", "db"]);
+        let t = c.template_annotations();
+        assert_eq!(t.len(), 1, "{t:?}");
+        assert_eq!(t[LOCKS_ANNOTATION], " db, bucket");
+        // A singleton with a list: its own lock joins the set, first; the busy policy is not copied.
+        let a = ann(&[(SINGLETON_ANNOTATION, "true"), (LOCKS_ANNOTATION, "db,nightly"), (ON_BUSY_ANNOTATION, "skip")]);
+        let c = claim_of("nightly", &a).unwrap();
+        assert_eq!((c.lock.as_str(), c.own, c.set.as_deref()), ("nightly", true, Some("nightly,db,nightly")));
+        assert_eq!(c.locks(), ["db", "nightly"]);
+        let t = c.template_annotations();
+        assert_eq!((t.len(), &t[LOCKS_ANNOTATION]), (1, &json!("nightly,db,nightly")));
+        assert_eq!(c.policy, vec![(ON_BUSY_ANNOTATION.to_string(), "skip".to_string())], "read, to be warned about");
+        // A named shared lock with a list joins it too; a list of blanks is no list.
+        let c = claim_of("a", &ann(&[(LOCK_ANNOTATION, "shared"), (LOCKS_ANNOTATION, "db")])).unwrap();
+        assert_eq!((c.own, c.set.as_deref()), (false, Some("shared,db")));
+        let c = claim_of("a", &ann(&[(LOCK_ANNOTATION, "shared"), (LOCKS_ANNOTATION, " , ")])).unwrap();
+        assert_eq!((c.set.as_deref(), c.locks()), (None, vec!["shared".to_string()]));
+        assert_eq!(claim_of("a", &ann(&[(LOCKS_ANNOTATION, ",")])), None);
     }
 
     #[test]
