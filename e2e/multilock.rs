@@ -216,3 +216,49 @@ async fn a_tentative_grant_is_taken_back_for_an_older_waiter_whose_set_became_se
     assert_eq!(holders, BTreeSet::from(["hb", "old", "young"]));
     ns.cleanup().await;
 }
+
+/// A set that stops being served after a lock reserved itself for it: `x` is deleted while the
+/// pod waits for it with `a` reserved. The reservation is taken back (withdrawn on the pod, a
+/// `LockWithdrawn` Event saying the set is not served), and a younger single-lock waiter on `a`
+/// runs instead of waiting for a pod that cannot run.
+#[tokio::test]
+async fn a_reservation_is_taken_back_when_a_lock_of_the_set_is_deleted() {
+    let mut ns = TestNs::new("multigone").await;
+    let log = watch(&ns);
+    for l in ["a", "x"] {
+        ns.create_lock(l, json!({})).await;
+    }
+    ns.start_operator(&[]);
+    // x is busy for long.
+    ns.create_pod(gated_pod("hx", "x", "10m")).await;
+    wait_pod(&ns, "hx", "granted", |p| !is_gated(p)).await;
+    // The set {a, x}: a is reserved for it, x is busy.
+    ns.create_pod(set_pod("set", "a,x", "1s")).await;
+    let tentative = lock_token_annotation("a");
+    let set = wait_pod(&ns, "set", "a reserved", |p| p.annotations().contains_key(&tentative)).await;
+    let reserved: i64 = set.annotations()[&tentative].parse().unwrap();
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    ns.create_pod(gated_pod("single", "a", "1s")).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let single = wait_pod(&ns, "single", "still there", |_| true).await;
+    assert!(is_gated(&single), "a is reserved for the older set pod");
+
+    // x goes: the set cannot be served, a's reservation is taken back, single runs.
+    ns.kubectl(&["delete", "distributedlock", "x", "--wait=false"]);
+    let withdrawn = lock_withdrawn_annotation("a");
+    let set = wait_pod(&ns, "set", "a withdrawn", |p| p.annotations().contains_key(&withdrawn)).await;
+    assert_eq!(set.annotations()[&withdrawn], reserved.to_string());
+    assert!(is_gated(&set) && !set.annotations().contains_key(&tentative), "{:?}", set.annotations());
+    let event = ns.wait_event("Pod", "LockWithdrawn").await;
+    let note = event.note.unwrap_or_default();
+    assert!(note.contains("not served") && note.contains("x"), "the Event says why: {note}");
+    all_succeed(&ns, &["single"], Duration::from_secs(60)).await;
+    let set = wait_pod(&ns, "set", "still waiting", |_| true).await;
+    assert!(is_gated(&set), "the set pod waits for x");
+
+    let log = log.lock().unwrap().clone();
+    assert_eq!(violation(&log), None);
+    let runs = first_runs(&log);
+    assert!(runs["single"].1["a"].unwrap() > reserved, "a's token grows past the withdrawn one: {runs:?}");
+    ns.cleanup().await;
+}

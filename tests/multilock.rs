@@ -85,6 +85,10 @@ enum Bug {
     WithdrawWithoutPodWrite,
     /// Lock `b` orders its queue by its own key (names reversed), not the global one.
     PerLockQueueOrder,
+    /// A lock keeps its tentative grant to a pod whose set is no longer served (`x` deleted):
+    /// no [`MultiLock::unservable`], so nothing takes the grant back while the pod is the head
+    /// of the lock's queue, and the waiters behind it wait for a pod that cannot run.
+    KeepReservedForUnserved,
     /// A gated pod whose set is not served is left out of a lock's queue even when that lock's
     /// Lease names it (nothing recorded on the pod yet): the Lease is freed as if the pod were
     /// gone, while another operator's reconcile, on a view in which the Lease names it, still
@@ -103,6 +107,9 @@ struct Config {
     deletes: bool,
     /// The pod whose set also holds the lock `x`, which does not exist at first.
     unservable: Option<usize>,
+    /// `x` exists at first instead, and may be deleted (at most once; created again by
+    /// [`Action::CreateX`]).
+    delete_x: bool,
     bug: Option<Bug>,
 }
 
@@ -176,6 +183,8 @@ struct World {
     created: u8,
     deleted: u8,
     restarts: u8,
+    /// `x` was deleted (once at most).
+    x_deleted: bool,
     /// Events the bound must reach: bit 0 a take-back, bit 1 a multi-lock pod ungated.
     events: u8,
     broken: Option<&'static str>,
@@ -203,6 +212,8 @@ enum Action {
     Deleted(usize),
     /// The missing lock `x` is created.
     CreateX,
+    /// The lock `x` is deleted ([`Config::delete_x`]).
+    DeleteX,
     /// `x`'s grant is recorded on the pod that wants it (it exists, the pod waits).
     RecordX(usize),
 }
@@ -239,9 +250,13 @@ fn snapshot(view: &View, l: usize, fresh: Option<i64>, cfg: &Config) -> Snapshot
         }
         let others_recorded = (0..LOCKS).filter(|o| *o != l && wants(cfg, i, *o)).all(|o| p.tokens[o].is_some())
             && (!wants_x || p.x_token);
+        // A pod this lock granted stays while its set is not served, marked so (the planted bug
+        // leaves the mark off).
+        let unservable = wants_x && !view.x_exists && cfg.bug != Some(Bug::KeepReservedForUnserved);
         let multi = is_multi(cfg, i).then(|| MultiLock {
             withdrawn: p.withdrawn[l],
             others_recorded: others_recorded || cfg.bug == Some(Bug::UngateOnFirstLease),
+            unservable,
         });
         // The planted per-lock order: lock b sorts names backwards (same second).
         let name = if cfg.bug == Some(Bug::PerLockQueueOrder) && l == 1 {
@@ -528,7 +543,7 @@ impl Model for MultiModel {
         };
         let pods = self.cfg.pods.iter().map(|(_, _, present)| present.then(|| pod.clone())).collect();
         let created = self.cfg.pods.iter().enumerate().filter(|(_, p)| p.2).fold(0, |m, (i, _)| m | (1 << i));
-        let x_exists = self.cfg.unservable.is_none();
+        let x_exists = self.cfg.unservable.is_none() || self.cfg.delete_x;
         let api = View { leases: [Some(lease.clone()), Some(lease)], locks: [lock.clone(), lock], x_exists, pods };
         let op =
             Operator { cache: api.clone(), sessions: [None, None], clocks: [Clocks::default(), Clocks::default()] };
@@ -540,6 +555,7 @@ impl Model for MultiModel {
             created,
             deleted: 0,
             restarts: 0,
+            x_deleted: false,
             events: 0,
             broken: None,
         }]
@@ -568,6 +584,8 @@ impl Model for MultiModel {
         }
         if !w.api.x_exists {
             out.push(Action::CreateX);
+        } else if self.cfg.delete_x && !w.x_deleted {
+            out.push(Action::DeleteX);
         }
         for (i, p) in w.api.pods.iter().enumerate() {
             if w.api.x_exists && self.cfg.unservable == Some(i) && p.as_ref().is_some_and(|p| p.gated && !p.x_token) {
@@ -631,6 +649,7 @@ impl Model for MultiModel {
                 w.api.pods[i] = None;
             }
             Action::CreateX => w.api.x_exists = true,
+            Action::DeleteX => (w.api.x_exists, w.x_deleted) = (false, true),
             Action::RecordX(i) => {
                 let rv = w.rv();
                 let p = w.api.pods[i].as_mut()?;
@@ -718,14 +737,16 @@ const SAME_SECOND: &[(u8, i64, bool)] = &[(0b11, 1, true), (0b11, 1, true)];
 /// restart (a crash between the two Lease writes of one grant among them).
 #[test]
 fn cross_order_pods_and_a_single_lock_waiter_two_operators() {
-    let cfg = Config { pods: CROSS, operators: 2, restarts: 1, deletes: false, unservable: None, bug: None };
+    let cfg =
+        Config { pods: CROSS, operators: 2, restarts: 1, deletes: false, unservable: None, delete_x: false, bug: None };
     assert_safe("cross", cfg, 10, &[]);
 }
 
 /// The one-second tie, and the take-back it needs: two operators, lagging caches, a deletion.
 #[test]
 fn a_later_pod_that_sorts_first_takes_back_a_tentative_grant() {
-    let cfg = Config { pods: TIE, operators: 2, restarts: 0, deletes: true, unservable: None, bug: None };
+    let cfg =
+        Config { pods: TIE, operators: 2, restarts: 0, deletes: true, unservable: None, delete_x: false, bug: None };
     assert_safe("tie", cfg, 9, &[TAKEN_BACK]);
 }
 
@@ -735,7 +756,7 @@ fn a_later_pod_that_sorts_first_takes_back_a_tentative_grant() {
 fn a_planted_bug_ungate_on_the_first_lease_is_caught() {
     planted(
         Bug::UngateOnFirstLease,
-        Config { pods: CROSS, operators: 1, restarts: 0, deletes: false, unservable: None, bug: None },
+        Config { pods: CROSS, operators: 1, restarts: 0, deletes: false, unservable: None, delete_x: false, bug: None },
         9,
         I5,
     );
@@ -747,7 +768,7 @@ fn a_planted_bug_ungate_on_the_first_lease_is_caught() {
 fn a_planted_bug_no_take_back_deadlocks() {
     planted(
         Bug::NoTakeBack,
-        Config { pods: TIE, operators: 1, restarts: 0, deletes: false, unservable: None, bug: None },
+        Config { pods: TIE, operators: 1, restarts: 0, deletes: false, unservable: None, delete_x: false, bug: None },
         14,
         I6,
     );
@@ -758,7 +779,15 @@ fn a_planted_bug_no_take_back_deadlocks() {
 fn a_planted_bug_per_lock_queue_order_deadlocks() {
     planted(
         Bug::PerLockQueueOrder,
-        Config { pods: SAME_SECOND, operators: 1, restarts: 0, deletes: false, unservable: None, bug: None },
+        Config {
+            pods: SAME_SECOND,
+            operators: 1,
+            restarts: 0,
+            deletes: false,
+            unservable: None,
+            delete_x: false,
+            bug: None,
+        },
         11,
         I6,
     );
@@ -772,7 +801,15 @@ const LATE_SINGLE: &[(u8, i64, bool)] = &[(0b01, 1, false), (0b11, 1, true)];
 /// on the pod leaves the pod's record of it, and the pod runs on it once its other lock comes.
 #[test]
 fn a_planted_bug_withdraw_without_pod_write_is_caught() {
-    let cfg = Config { pods: LATE_SINGLE, operators: 1, restarts: 0, deletes: false, unservable: None, bug: None };
+    let cfg = Config {
+        pods: LATE_SINGLE,
+        operators: 1,
+        restarts: 0,
+        deletes: false,
+        unservable: None,
+        delete_x: false,
+        bug: None,
+    };
     planted(Bug::WithdrawWithoutPodWrite, cfg, 11, I5);
 }
 
@@ -780,7 +817,15 @@ fn a_planted_bug_withdraw_without_pod_write_is_caught() {
 /// second is granted both locks as the first releases them), with a restart.
 #[test]
 fn one_operator_serves_both_multi_lock_pods_in_turn() {
-    let cfg = Config { pods: SAME_SECOND, operators: 1, restarts: 1, deletes: false, unservable: None, bug: None };
+    let cfg = Config {
+        pods: SAME_SECOND,
+        operators: 1,
+        restarts: 1,
+        deletes: false,
+        unservable: None,
+        delete_x: false,
+        bug: None,
+    };
     assert_safe("in-turn", cfg, 20, &[ALL_RAN]);
 }
 
@@ -793,7 +838,15 @@ const UNSERVED: &[(u8, i64, bool)] = &[(0b01, 1, true), (0b11, 2, true), (0b10, 
 /// served once the lock exists, taking back a younger pod's tentative grant: one operator.
 #[test]
 fn a_set_with_a_missing_lock_waits_unserved_then_takes_back_a_younger_grant() {
-    let cfg = Config { pods: UNSERVED, operators: 1, restarts: 0, deletes: false, unservable: Some(0), bug: None };
+    let cfg = Config {
+        pods: UNSERVED,
+        operators: 1,
+        restarts: 0,
+        deletes: false,
+        unservable: Some(0),
+        delete_x: false,
+        bug: None,
+    };
     assert_safe("unserved", cfg, 13, &[TAKEN_BACK]);
 }
 
@@ -804,8 +857,15 @@ const UNSERVED_SINGLE: &[(u8, i64, bool)] = &[(0b01, 1, true), (0b01, 2, true)];
 /// has not seen x while the other serves pod-a.
 #[test]
 fn a_set_with_a_missing_lock_two_operators_with_lagging_lock_caches() {
-    let cfg =
-        Config { pods: UNSERVED_SINGLE, operators: 2, restarts: 0, deletes: false, unservable: Some(0), bug: None };
+    let cfg = Config {
+        pods: UNSERVED_SINGLE,
+        operators: 2,
+        restarts: 0,
+        deletes: false,
+        unservable: Some(0),
+        delete_x: false,
+        bug: None,
+    };
     assert_safe("unserved-two", cfg, 12, &[]);
 }
 
@@ -813,7 +873,68 @@ fn a_set_with_a_missing_lock_two_operators_with_lagging_lock_caches() {
 /// pod were gone, while the other operator, mid-reconcile, ungates the pod on its record.
 #[test]
 fn a_planted_bug_leaving_out_a_granted_pod_is_caught() {
-    let cfg =
-        Config { pods: UNSERVED_SINGLE, operators: 2, restarts: 0, deletes: false, unservable: Some(0), bug: None };
+    let cfg = Config {
+        pods: UNSERVED_SINGLE,
+        operators: 2,
+        restarts: 0,
+        deletes: false,
+        unservable: Some(0),
+        delete_x: false,
+        bug: None,
+    };
     planted(Bug::LeaveOutNamed, cfg, 12, I1);
+}
+
+/// pod-a wants a and the lock x, which exists at first and may be deleted; pod-b, a second
+/// younger, wants a alone. Once x is gone, a tentative grant of a to pod-a (the head of a's
+/// queue) is taken back, so pod-b is not kept waiting for a pod that cannot run.
+const UNSERVED_LATER: &[(u8, i64, bool)] = &[(0b01, 1, true), (0b01, 2, true)];
+
+/// A set that stops being served after a lock granted it tentatively (a lock of the set deleted)
+/// has that grant taken back (withdrawn on the pod first), and the lock serves the next waiter:
+/// one operator, x created again later.
+#[test]
+fn a_reservation_for_a_set_no_longer_served_is_taken_back() {
+    let cfg = Config {
+        pods: UNSERVED_LATER,
+        operators: 1,
+        restarts: 0,
+        deletes: false,
+        unservable: Some(0),
+        delete_x: true,
+        bug: None,
+    };
+    assert_safe("unserved-later", cfg, 18, &[TAKEN_BACK, ALL_RAN]);
+}
+
+/// The same with two operators whose lock caches disagree about x: one takes the grant back
+/// while the other may still see the set served.
+#[test]
+fn a_reservation_for_a_set_no_longer_served_two_operators() {
+    let cfg = Config {
+        pods: UNSERVED_LATER,
+        operators: 2,
+        restarts: 0,
+        deletes: false,
+        unservable: Some(0),
+        delete_x: true,
+        bug: None,
+    };
+    assert_safe("unserved-later-two", cfg, 11, &[TAKEN_BACK]);
+}
+
+/// The checker can fail: a lock that keeps its tentative grant to a pod whose set is no longer
+/// served keeps pod-b waiting for ever (I6).
+#[test]
+fn a_planted_bug_keeping_a_reservation_for_an_unserved_set_is_caught() {
+    let cfg = Config {
+        pods: UNSERVED_LATER,
+        operators: 1,
+        restarts: 0,
+        deletes: false,
+        unservable: Some(0),
+        delete_x: true,
+        bug: None,
+    };
+    planted(Bug::KeepReservedForUnserved, cfg, 12, I6);
 }

@@ -274,8 +274,20 @@ async fn reconcile_lock(lock: Arc<DistributedLock>, ctx: Arc<Context>, started: 
                 snapshot.absorb_candidate(record_on_pod(&ctx, &ns, &lock, &g, PodRecord::Tentative).await?);
             }
             Decision::Withdraw(g) => {
-                let head = queue_of(&snapshot.candidates).first().map(|c| c.name.clone()).unwrap_or_default();
-                snapshot.absorb_candidate(record_on_pod(&ctx, &ns, &lock, &g, PodRecord::Withdrawn { head }).await?);
+                let unserved = snapshot
+                    .candidates
+                    .iter()
+                    .any(|c| c.uid == g.uid && c.multi.as_ref().is_some_and(|m| m.unservable));
+                let why = match queue_of(&snapshot.candidates).first() {
+                    _ if unserved => {
+                        let set = ctx.pods.get(&ObjectRef::new(&g.name).within(&ns)).map(|p| lock_set(p.annotations()));
+                        let why = set.and_then(|set| lock_set_unservable(&ctx.locks, &ns, &set));
+                        format!("its lock set is not served any more ({})", why.unwrap_or_else(|| "changed".into()))
+                    }
+                    Some(head) => format!("for {}, an older waiter", head.name),
+                    None => "for an older waiter".into(),
+                };
+                snapshot.absorb_candidate(record_on_pod(&ctx, &ns, &lock, &g, PodRecord::Withdrawn { why }).await?);
             }
             Decision::DeletePod { name: pod_name, uid } => {
                 let dp = DeleteParams {
@@ -448,28 +460,46 @@ pub fn lock_set_unservable(
 /// does not serve ([`lock_set_unservable`]) and that this lock has not granted: gated, no token of
 /// this lock recorded on the pod, and none of this lock's cached Leases names it. Such a pod would
 /// otherwise be granted this lock tentatively and keep it from everyone behind it while it waits
-/// for a lock it cannot get. A pod this lock did grant stays, so the protocol takes the grant back
-/// the usual way (withdrawn on the pod first): dropping it would free the Lease as if the pod were
-/// gone, and a record of the grant still on the pod could then ungate it beside the next holder.
-/// (A stale Lease cache that misses a grant only makes this reconcile's writes fail on their
-/// compare-and-swap.) Returns whether any pod was left out.
+/// for a lock it cannot get. A pod this lock did grant stays, marked
+/// [`MultiLock::unservable`](crate::lock::grant::MultiLock::unservable), so the protocol takes
+/// the grant back the usual way (withdrawn on the pod first, then the Lease moves) and never
+/// grants it again while the set is not served: dropping it would free the Lease as if the pod
+/// were gone, and a record of the grant still on the pod could then ungate it beside the next
+/// holder. (A stale Lease cache that misses a grant only makes this reconcile's writes fail on
+/// their compare-and-swap.)
+///
+/// Returns whether the lock should look again in [`SET_RECHECK`]: it left out a pod (the missing
+/// lock's creation wakes only that lock), or a gated multi-lock pod holds a grant of it (a lock of
+/// the pod's set deleted or made a semaphore wakes only itself).
 fn leave_out_unservable_sets(ctx: &Context, ns: &str, lock: &str, candidates: &mut Vec<Candidate>) -> bool {
-    let before = candidates.len();
-    candidates.retain(|c| {
-        if c.multi.is_none() || !c.gated || c.token.is_some() {
+    let mut recheck = false;
+    candidates.retain_mut(|c| {
+        if c.multi.is_none() || !c.gated {
             return true;
         }
+        let named = || {
+            ctx.leases.state().iter().any(|l| {
+                l.namespace().as_deref() == Some(ns)
+                    && l.labels().get(crate::lock::LEASE_LABEL).map(String::as_str) == Some(lock)
+                    && lease::view(l).holder.is_some_and(|h| h.uid.as_deref() == Some(c.uid.as_str()))
+            })
+        };
+        let granted = c.token.is_some() || named();
         let Some(pod) = ctx.pods.get(&ObjectRef::new(&c.name).within(ns)) else { return true };
-        if lock_set_unservable(&ctx.locks, ns, &lock_set(pod.annotations())).is_none() {
-            return true;
+        let unservable = lock_set_unservable(&ctx.locks, ns, &lock_set(pod.annotations())).is_some();
+        recheck |= unservable || granted;
+        match (unservable, granted) {
+            (false, _) => true,
+            (true, true) => {
+                if let Some(m) = c.multi.as_mut() {
+                    m.unservable = true;
+                }
+                true
+            }
+            (true, false) => false,
         }
-        ctx.leases.state().iter().any(|l| {
-            l.namespace().as_deref() == Some(ns)
-                && l.labels().get(crate::lock::LEASE_LABEL).map(String::as_str) == Some(lock)
-                && lease::view(l).holder.is_some_and(|h| h.uid.as_deref() == Some(c.uid.as_str()))
-        })
     });
-    candidates.len() < before
+    recheck
 }
 
 /// The multi-lock state of the candidate a grant is for, `None` for a single-lock holder.
@@ -579,6 +609,7 @@ pub fn candidate_of_pod(p: &Pod, lock: &str, node_lost: bool) -> Option<Candidat
     let multi = match (ann(GRANTED_LOCK_ANNOTATION) == Some(lock), set.is_empty()) {
         (false, false) if !set.iter().any(|l| l == lock) => return None,
         (false, false) => Some(MultiLock {
+            unservable: false,
             withdrawn: ann(&lock_withdrawn_annotation(lock)).and_then(parse_token).unwrap_or(0),
             others_recorded: set
                 .iter()
@@ -785,9 +816,10 @@ fn remember_written(ctx: &Context, lock: &DistributedLock, g: &Grant, holder: &C
 enum PodRecord {
     /// [`Decision::RecordTentative`]: this lock's token; the gate stays.
     Tentative,
-    /// [`Decision::Withdraw`]: this lock's token removed and recorded as withdrawn, because
-    /// `head` (an older waiter) heads this lock's queue; the gate stays.
-    Withdrawn { head: String },
+    /// [`Decision::Withdraw`]: this lock's token removed and recorded as withdrawn; `why` says
+    /// why, as a phrase ("for <pod>, an older waiter", or that the pod's set is not served any
+    /// more); the gate stays.
+    Withdrawn { why: String },
 }
 
 /// One pod patch (strategic merge, UID and the resourceVersion of the decision's view as
@@ -816,15 +848,15 @@ async fn record_on_pod(
                 g.token
             ),
         ),
-        PodRecord::Withdrawn { head } => (
+        PodRecord::Withdrawn { why } => (
             json!({
                 (lock_token_annotation(&lock_name)): null,
                 (lock_withdrawn_annotation(&lock_name)): g.token.to_string(),
             }),
             "LockWithdrawn",
             format!(
-                "lock {lock_name}: the reservation with fencing token {} was taken back for {head}, an older waiter \
-                 (the pod had not started); it waits again",
+                "lock {lock_name}: the reservation with fencing token {} was taken back {why} (the pod had not \
+                 started); it waits again",
                 g.token
             ),
         ),
@@ -1389,11 +1421,11 @@ mod tests {
         );
         let a = candidate_of_pod(&p, "a", false).unwrap();
         assert_eq!(a.token, Some(7));
-        assert_eq!(a.multi, Some(MultiLock { withdrawn: 0, others_recorded: false }));
+        assert_eq!(a.multi, Some(MultiLock { withdrawn: 0, others_recorded: false, unservable: false }));
         assert_eq!((a.on_busy, a.slot), (policy::BusyPolicy::Wait, 0));
         let b = candidate_of_pod(&p, "b", false).unwrap();
         assert_eq!(b.token, None);
-        assert_eq!(b.multi, Some(MultiLock { withdrawn: 4, others_recorded: true }));
+        assert_eq!(b.multi, Some(MultiLock { withdrawn: 4, others_recorded: true, unservable: false }));
         // Not a candidate of a lock outside its set, even one its leasehold.dev/lock names.
         assert!(candidate_of_pod(&p, "c", false).is_none());
         assert!(pod_concerns_lock(&p, "a") && pod_concerns_lock(&p, "b") && !pod_concerns_lock(&p, "c"));

@@ -140,6 +140,12 @@ pub struct MultiLock {
     /// Every *other* lock of its set has a token recorded on the pod: once this lock's is
     /// recorded too, the pod may run.
     pub others_recorded: bool,
+    /// The operator does not serve the pod's set (now): a lock of it is missing or a semaphore
+    /// (`controller::distributed_lock::lock_set_unservable`). Such a pod is left out of the
+    /// queues; one this lock has granted already stays a candidate with this flag, and its
+    /// tentative grant is taken back ([`Decision::Withdraw`]) so that the lock does not stay
+    /// reserved for a pod that cannot run.
+    pub unservable: bool,
 }
 
 impl Candidate {
@@ -148,9 +154,10 @@ impl Candidate {
         matches!(self.phase, Phase::Succeeded | Phase::Failed)
     }
 
-    /// Whether the pod may be queued for a grant: gated by us, alive, not being deleted.
+    /// Whether the pod may be queued for a grant: gated by us, alive, not being deleted, and not
+    /// a multi-lock pod whose set is not served ([`MultiLock::unservable`]).
     pub fn is_waiter(&self) -> bool {
-        self.gated && !self.deleting && !self.is_terminal()
+        self.gated && !self.deleting && !self.is_terminal() && !self.multi.as_ref().is_some_and(|m| m.unservable)
     }
 }
 
@@ -630,13 +637,14 @@ fn holder_state(obs: &Observation<'_>, lease: &LeaseView, queue: &[&Candidate]) 
     }
     let g = grant_for(c, lease.token);
     // A multi-lock pod named while gated holds tentatively (wound-wait, docs/multi-lock.md):
-    // taken back once withdrawn, or when an older waiter queues for this lock; ungated only once
-    // every lock of its set is recorded on the pod.
+    // taken back once withdrawn, when an older waiter queues for this lock, or when its set is no
+    // longer served (a lock of it deleted or made a semaphore); ungated only once every lock of
+    // its set is recorded on the pod.
     if let (Some(m), true) = (&c.multi, c.gated) {
         if lease.token <= m.withdrawn {
             return release(ReleaseReason::Withdrawn);
         }
-        if queue.first().is_some_and(|head| head.uid != c.uid) {
+        if m.unservable || queue.first().is_some_and(|head| head.uid != c.uid) {
             return HolderState::Withdraw(g);
         }
         if m.others_recorded {

@@ -71,7 +71,16 @@ impl Snapshot {
     /// newer than the cache the snapshot was built from.
     pub fn absorb_candidate(&mut self, c: Candidate) {
         match self.candidates.iter_mut().find(|x| x.uid == c.uid) {
-            Some(x) => *x = c,
+            Some(x) => {
+                // No object records that a pod's set is not served (the caller derives it from
+                // its lock cache): the pod's new version keeps it, or the withdrawn pod would be
+                // queued, and granted, again in the same reconcile.
+                let unservable = x.multi.as_ref().is_some_and(|m| m.unservable);
+                *x = c;
+                if let Some(m) = x.multi.as_mut() {
+                    m.unservable |= unservable;
+                }
+            }
             None => self.candidates.push(c),
         }
     }

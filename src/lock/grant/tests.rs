@@ -457,7 +457,11 @@ fn the_next_token_is_above_every_token_in_view() {
 /// A gated pod that wants several locks (issue 14), as this lock sees it: `token` is this lock's
 /// recorded token, `others` whether every other lock of its set is recorded on the pod.
 fn multi(name: &str, created: i64, token: Option<i64>, withdrawn: i64, others: bool) -> Candidate {
-    Candidate { token, multi: Some(MultiLock { withdrawn, others_recorded: others }), ..pod(name, created) }
+    Candidate {
+        token,
+        multi: Some(MultiLock { withdrawn, others_recorded: others, unservable: false }),
+        ..pod(name, created)
+    }
 }
 
 #[test]
@@ -490,6 +494,34 @@ fn a_tentative_grant_is_withdrawn_on_the_pod_when_an_older_waiter_queues() {
     // Also when every other lock is recorded: it has not run, and the older waiter goes first.
     let pods = [multi("m", 1, Some(4), 0, true), pod("aa-older", 1)];
     assert_eq!(decide(&obs(Some(&l), &pods)).unwrap().decision, Decision::Withdraw(granted("m", 4).unwrap()));
+}
+
+#[test]
+fn a_tentative_grant_to_a_pod_whose_set_is_not_served_is_withdrawn_and_not_granted_again() {
+    let l = lease(Some("m"), 4);
+    let unservable = |token, withdrawn, others| {
+        let mut c = multi("m", 1, token, withdrawn, others);
+        c.multi.as_mut().unwrap().unservable = true;
+        c
+    };
+    // The head of the queue, alone, even with every other lock recorded: taken back.
+    for others in [false, true] {
+        let pods = [unservable(Some(4), 0, others), pod("late", 2)];
+        assert_eq!(decide(&obs(Some(&l), &pods)).unwrap().decision, Decision::Withdraw(granted("m", 4).unwrap()));
+    }
+    // Withdrawn: the Lease goes to the next waiter, never back to the pod.
+    let pods = [unservable(None, 4, false), pod("late", 2)];
+    match decide(&obs(Some(&l), &pods)).unwrap().decision {
+        Decision::UpdateLease { holder: Some(g), released: Some(r), .. } => {
+            assert_eq!((g.name.as_str(), g.token, r.reason), ("late", 5, ReleaseReason::Withdrawn));
+        }
+        other => panic!("expected the Lease handed to the next waiter, got {other:?}"),
+    }
+    let pods = [unservable(None, 4, true)];
+    match decide(&obs(Some(&l), &pods)).unwrap().decision {
+        Decision::UpdateLease { holder: None, released: Some(r), .. } => assert_eq!(r.reason, ReleaseReason::Withdrawn),
+        other => panic!("expected the Lease freed, got {other:?}"),
+    }
 }
 
 #[test]
