@@ -431,14 +431,28 @@ fn candidates_of(ctx: &Context, ns: &str, lock: &str) -> Vec<Candidate> {
 const SET_RECHECK: Duration = Duration::from_secs(5);
 
 /// Why the operator does not serve a multi-lock pod whose set is `set` (in namespace `ns`), as a
-/// sentence; `None` when it does. Not served: a lock of the set that does not exist (in the lock
-/// cache), a semaphore (`spec.maxHolders` set: the protocol of `docs/multi-lock.md` is
-/// model-checked for single-holder locks only), or a lock name longer than
-/// [`MAX_MULTI_LOCK_NAME`] characters (its per-lock annotation key would be invalid).
+/// sentence; `None` when it does: [`lock_set_unservable_among`] the locks of the operator's lock
+/// cache.
 pub fn lock_set_unservable(
     locks: &kube::runtime::reflector::Store<DistributedLock>,
     ns: &str,
     set: &[String],
+) -> Option<String> {
+    lock_set_unservable_among(ns, set, |l| locks.get(&ObjectRef::new(l).within(ns)))
+}
+
+/// Why a multi-lock pod whose set is `set` (in namespace `ns`) is not served, as a sentence about
+/// the first lock of `set` (in its order) that makes it so; `None` when it is served. `find(name)`
+/// is the existing DistributedLock of that name in `ns` (`None`: it does not exist); `L` is
+/// whatever the caller holds the lock as (`Arc` from the operator's cache, `&` from a list).
+/// Not served: a lock of the set that does not exist, a semaphore (`spec.maxHolders` set: the
+/// protocol of `docs/multi-lock.md` is model-checked for single-holder locks only), or a lock name
+/// longer than [`MAX_MULTI_LOCK_NAME`] characters (its per-lock annotation key would be invalid).
+/// Pure: the operator ([`lock_set_unservable`]) and `leasehold why` decide alike.
+pub fn lock_set_unservable_among<L: std::borrow::Borrow<DistributedLock>>(
+    ns: &str,
+    set: &[String],
+    find: impl Fn(&str) -> Option<L>,
 ) -> Option<String> {
     set.iter().find_map(|l| {
         if l.len() > MAX_MULTI_LOCK_NAME {
@@ -446,14 +460,23 @@ pub fn lock_set_unservable(
                 "lock name {l} is longer than {MAX_MULTI_LOCK_NAME} characters, too long for its per-lock annotation"
             ));
         }
-        match locks.get(&ObjectRef::new(l).within(ns)) {
+        match find(l) {
             None => Some(format!("DistributedLock {l} does not exist in namespace {ns}")),
-            Some(x) if x.spec.max_holders.is_some() => Some(format!(
+            Some(x) if x.borrow().spec.max_holders.is_some() => Some(format!(
                 "DistributedLock {l} is a semaphore (spec.maxHolders); a lock set cannot include a semaphore yet"
             )),
             Some(_) => None,
         }
     })
+}
+
+/// The note of the Warning Event `LockSetNotServed` on a pod whose lock set `set` is not served,
+/// `why` being [`lock_set_unservable_among`]'s sentence; `leasehold why` says the same.
+pub fn lock_set_not_served_note(set: &[String], why: &str) -> String {
+    format!(
+        "lock set {}: {why}; no lock of the set is reserved for the pod until every one can be (it waits)",
+        set.join(",")
+    )
 }
 
 /// Leaves out of `candidates` (lock `lock` in `ns`) every multi-lock pod whose set the operator
@@ -1443,6 +1466,33 @@ mod tests {
         let a = candidate_of_pod(&p, "a", false).unwrap();
         assert_eq!((a.token, a.multi.is_none()), (Some(5), true));
         assert!(candidate_of_pod(&p, "b", false).unwrap().multi.is_some());
+    }
+
+    #[test]
+    fn a_lock_set_is_not_served_with_a_missing_lock_a_semaphore_or_a_name_too_long() {
+        let lock = |name: &str, spec: serde_json::Value| -> DistributedLock {
+            serde_json::from_value(json!({
+                "apiVersion": "leasehold.dev/v1alpha1", "kind": "DistributedLock",
+                "metadata": {"name": name, "namespace": "ns"}, "spec": spec,
+            }))
+            .unwrap()
+        };
+        let existing = [lock("a", json!({})), lock("b", json!({})), lock("pool", json!({"maxHolders": 2}))];
+        let find = |l: &str| existing.iter().find(|x| x.name_any() == l);
+        let set = |s: &[&str]| s.iter().map(|l| l.to_string()).collect::<Vec<_>>();
+        assert_eq!(lock_set_unservable_among("ns", &set(&["a", "b"]), find), None);
+        let why = lock_set_unservable_among("ns", &set(&["a", "x", "pool"]), find).unwrap();
+        assert_eq!(why, "DistributedLock x does not exist in namespace ns", "the first lock that is not served");
+        let why = lock_set_unservable_among("ns", &set(&["pool"]), find).unwrap();
+        assert!(why.contains("DistributedLock pool is a semaphore"), "{why}");
+        let long = "l".repeat(MAX_MULTI_LOCK_NAME + 1);
+        let why = lock_set_unservable_among("ns", &[long.clone()], |_| existing.first()).unwrap();
+        assert!(why.starts_with(&format!("lock name {long} is longer than {MAX_MULTI_LOCK_NAME} characters")), "{why}");
+        assert_eq!(
+            lock_set_not_served_note(&set(&["a", "x"]), "DistributedLock x does not exist in namespace ns"),
+            "lock set a,x: DistributedLock x does not exist in namespace ns; no lock of the set is reserved for the \
+             pod until every one can be (it waits)"
+        );
     }
 
     #[test]

@@ -6,7 +6,9 @@ mod pod;
 pub mod trim;
 pub mod workload;
 
-pub use distributed_lock::{candidate_of_claim, candidate_of_pod, pod_concerns_lock};
+pub use distributed_lock::{
+    candidate_of_claim, candidate_of_pod, lock_set_not_served_note, lock_set_unservable_among, pod_concerns_lock,
+};
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;

@@ -96,10 +96,7 @@ async fn check_set(pod: &Pod, set: &[String], pctx: &PodContext) {
     let ns = pod.namespace().unwrap_or_default();
     match super::distributed_lock::lock_set_unservable(&pctx.locks, &ns, set) {
         Some(why) if warn("LockSetNotServed") => {
-            let note = format!(
-                "lock set {}: {why}; no lock of the set is reserved for the pod until every one can be (it waits)",
-                set.join(",")
-            );
+            let note = super::distributed_lock::lock_set_not_served_note(set, &why);
             pctx.ctx.event(&pod_ref(pod), EventType::Warning, "LockSetNotServed", note, "Wait").await;
         }
         Some(_) => {}
