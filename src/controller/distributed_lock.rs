@@ -1486,7 +1486,7 @@ mod tests {
         let why = lock_set_unservable_among("ns", &set(&["pool"]), find).unwrap();
         assert!(why.contains("DistributedLock pool is a semaphore"), "{why}");
         let long = "l".repeat(MAX_MULTI_LOCK_NAME + 1);
-        let why = lock_set_unservable_among("ns", &[long.clone()], |_| existing.first()).unwrap();
+        let why = lock_set_unservable_among("ns", std::slice::from_ref(&long), |_| existing.first()).unwrap();
         assert!(why.starts_with(&format!("lock name {long} is longer than {MAX_MULTI_LOCK_NAME} characters")), "{why}");
         assert_eq!(
             lock_set_not_served_note(&set(&["a", "x"]), "DistributedLock x does not exist in namespace ns"),
