@@ -2,12 +2,15 @@
 //! and claims.
 //!
 //! The decisions of what to show are pure functions of the objects ([`lock_report_slots`],
-//! [`render_table`], [`explain_slots`], [`explain_claim`]); [`status`] and [`why`] only fetch the
-//! objects and print. A semaphore (`spec.maxHolders`) is read slot by slot: slot k's holder is
-//! whoever its Lease names ([`lease::slot_lease_name`], [`slot_reads`]). The
-//! queue is the operator's own: the same candidate conversion
-//! ([`crate::controller::candidate_of_pod`], [`crate::controller::candidate_of_claim`]) and the
-//! same order ([`grant::queue_of`]), without the holder.
+//! [`render_table`], [`explain_slots`], [`explain_claim`], [`explain_set`]); [`status`] and
+//! [`why`] only fetch the objects and print. A semaphore (`spec.maxHolders`) is read slot by slot:
+//! slot k's holder is whoever its Lease names ([`lease::slot_lease_name`], [`slot_reads`]). A pod
+//! with a lock set (`leasehold.dev/locks`) is explained lock by lock ([`explain_set`],
+//! [`SetLockState`]); whether its set is served is the operator's own rule
+//! ([`crate::controller::lock_set_unservable_among`]). The queue is the operator's own: the same
+//! candidate conversion ([`crate::controller::candidate_of_pod`],
+//! [`crate::controller::candidate_of_claim`]) and the same order ([`grant::queue_of`]), without the
+//! holder.
 //!
 //! Waiting times are measured from the waiter's `metadata.creationTimestamp` (a pod waits at its
 //! gate from creation, a claim is created when it joins the queue). The operator's own clock for
@@ -25,14 +28,17 @@ use kube::{Client, ResourceExt};
 use serde::Serialize;
 
 use crate::cli::{OutputFormat, StatusArgs, WhyArgs};
-use crate::controller::{candidate_of_claim, candidate_of_pod, pod_concerns_lock};
+use crate::controller::{
+    candidate_of_claim, candidate_of_pod, lock_set_not_served_note, lock_set_unservable_among, pod_concerns_lock,
+};
 use crate::crd::{ClaimPhase, DistributedLock, DistributedLockClaim, condition};
 use crate::lease;
 use crate::lock::fencing::parse_token;
 use crate::lock::grant::{self, Candidate, HolderKind, Phase, RejectReason};
 use crate::lock::policy::{self, BusyPolicy};
 use crate::lock::{
-    GRANTED_LOCK_ANNOTATION, LEASE_LABEL, LOCK_ANNOTATION, SCHEDULING_GATE, SLOT_ANNOTATION, TOKEN_ANNOTATION,
+    GRANTED_LOCK_ANNOTATION, LEASE_LABEL, LOCK_ANNOTATION, LOCKS_ANNOTATION, SCHEDULING_GATE, SLOT_ANNOTATION,
+    TOKEN_ANNOTATION, lock_set, lock_token_annotation, lock_withdrawn_annotation,
 };
 use crate::lock_cli::error_text;
 
@@ -578,11 +584,91 @@ pub enum Verdict {
         /// The token it was granted.
         token: i64,
     },
+    /// A pod with a lock set (`leasehold.dev/locks`) is ungated and every lock of its set's Lease
+    /// names it: it holds them all and runs.
+    HoldsSet {
+        /// (lock, fencing token) for every lock of the set, in set order (sorted by lock name).
+        tokens: Vec<(String, i64)>,
+    },
+    /// A gated pod with a lock set that the operator serves waits for (some of) its locks; when
+    /// every lock is [`SetLockState::Reserved`] the operator ungates it on its next step.
+    WaitsForSet {
+        /// Where each lock of the set stands, in set order.
+        locks: Vec<SetLock>,
+    },
+    /// A gated pod's lock set is not served (a lock of it does not exist, is a semaphore, or has a
+    /// name too long): it is in no queue of its locks, and any lock reserved for it is taken back.
+    SetNotServed {
+        /// The note of the operator's `LockSetNotServed` Event
+        /// ([`crate::controller::lock_set_not_served_note`]).
+        reason: String,
+        /// Where each lock of the set stands, in set order.
+        locks: Vec<SetLock>,
+    },
     /// Succeeded or Failed (possibly by giving up waiting), or being deleted: it neither waits nor
     /// holds.
     Done,
     /// Not gated and names no lock: Leasehold does not concern it.
     NotGated,
+}
+
+/// One lock of a pod's lock set and where it stands ([`explain_set`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SetLock {
+    /// The lock's name.
+    pub lock: String,
+    /// Where it stands.
+    pub state: SetLockState,
+}
+
+/// Where one lock of a pod's lock set (`leasehold.dev/locks`) stands, as [`explain_set`] decides
+/// it from the lock, its Lease (slot 0) and the pod's per-lock annotations.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SetLockState {
+    /// The lock's Lease names the ungated pod: it holds the lock.
+    Holds {
+        /// The fencing token recorded on the pod (`<lock>.locks.leasehold.dev/fencing-token`),
+        /// else the Lease's.
+        token: i64,
+    },
+    /// The lock's Lease names the pod while it is gated: a tentative grant, a reservation that
+    /// keeps the lock from everyone else while the pod waits for the other locks of its set (or
+    /// until the grant is taken back for an older waiter, or because the set is not served).
+    Reserved {
+        /// The Lease's fencing token.
+        token: i64,
+        /// The token is recorded on the pod already (`<lock>.locks.leasehold.dev/fencing-token`).
+        recorded: bool,
+    },
+    /// The gated pod waits in the lock's queue.
+    Waiting {
+        /// 1-based position in the lock's queue (1 = next to be granted), as [`queue`] rebuilds it.
+        position: usize,
+        /// How many wait in that queue.
+        of: usize,
+        /// The highest token of this lock whose tentative grant was taken back from the pod
+        /// (`<lock>.locks.leasehold.dev/withdrawn`), when one was: it waits again.
+        withdrawn: Option<i64>,
+    },
+    /// This lock keeps the set from being served.
+    NotServed {
+        /// Why ([`crate::controller::lock_set_unservable_among`] for this lock alone): it does not
+        /// exist, is a semaphore, or its name is too long.
+        why: String,
+    },
+    /// The gated pod is in none of the lock's queue and its Lease does not name it: the operator
+    /// leaves it out while its set is not served (or cannot queue it: no uid or
+    /// creationTimestamp).
+    NotQueued,
+    /// The ungated pod records this token of the lock, but the lock's Lease names someone else,
+    /// nobody, or is gone: it no longer holds the lock while it may still run.
+    Lost {
+        /// The token recorded on the pod.
+        token: i64,
+    },
+    /// The ungated pod was never granted the lock (no token recorded, the Lease does not name
+    /// it): it runs without it.
+    NotGranted,
 }
 
 /// `leasehold why`'s answer: the verdict and one paragraph a person can act on.
@@ -624,11 +710,7 @@ pub fn explain_slots(
     let name = pod.name_any();
     let ns = pod.namespace().unwrap_or_default();
     let ann = |k: &str| pod.annotations().get(k).map(String::as_str);
-    let gated = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.scheduling_gates.as_ref())
-        .is_some_and(|g| g.iter().any(|g| g.name == SCHEDULING_GATE));
+    let gated = is_gated(pod);
     let lock_name = ann(LOCK_ANNOTATION).map(str::trim);
     let granted_lock = ann(GRANTED_LOCK_ANNOTATION);
     let token = ann(TOKEN_ANNOTATION).and_then(parse_token);
@@ -809,7 +891,7 @@ pub fn explain_slots(
         return say(Verdict::GrantInProgress { lock: lock_name.to_string() }, first, &notes);
     }
     let who = Waiter {
-        intro: format!("Pod {name} waits at the {SCHEDULING_GATE} scheduling gate"),
+        intro: format!("Pod {name} waits at the {SCHEDULING_GATE} scheduling gate for lock {lock_name}"),
         kind: HolderKind::Pod,
         uid: uid.as_deref(),
         not_granted: "gated",
@@ -923,13 +1005,282 @@ pub fn explain_claim(
         return say(Verdict::GrantInProgress { lock: lock_name.to_string() }, first, &notes);
     }
     let who = Waiter {
-        intro: format!("Claim {name} ({identity}) waits"),
+        intro: format!("Claim {name} ({identity}) waits for lock {lock_name}"),
         kind: HolderKind::Claim,
         uid,
         not_granted: "waiting",
         cannot_queue: format!("Claim {name} ({identity}) waits for lock {lock_name}"),
     };
     explain_waiter(&who, lock_obj, lock_name, slots, &holding, pods, claims, now, notes)
+}
+
+/// Why `pod`, which asks for a lock set (`leasehold.dev/locks`, [`lock_set`]), is (or is not)
+/// gated, at time `now`: a first line, one line per lock of its set in set order (`- lock a: ...`,
+/// [`SetLockState`]), then the verdict for the set ([`Verdict::HoldsSet`],
+/// [`Verdict::WaitsForSet`], [`Verdict::SetNotServed`], or as for one lock
+/// [`Verdict::LostGrant`], [`Verdict::UngatedWithoutGrant`], [`Verdict::Done`]), lines separated
+/// by `\n`. `locks` are the DistributedLocks of the pod's namespace (a lock of the set not among
+/// them does not exist), `leases` the Leases of the set's locks (`None`: the caller may not read
+/// Leases, and each lock's `status.holder` stands in), `pods` and `claims` those of the namespace
+/// (to rebuild each lock's queue). A pod without a set is explained as [`explain_slots`] does, for
+/// the lock its `leasehold.dev/lock` annotation names.
+pub fn explain_set(
+    pod: &Pod,
+    locks: &[DistributedLock],
+    leases: Option<&[Lease]>,
+    pods: &[Pod],
+    claims: &[DistributedLockClaim],
+    now: Timestamp,
+) -> Explanation {
+    let name = pod.name_any();
+    let ns = pod.namespace().unwrap_or_default();
+    let find = |l: &str| locks.iter().find(|x| x.name_any() == l && x.namespace().as_deref() == Some(ns.as_str()));
+    let set = lock_set(pod.annotations());
+    if set.is_empty() {
+        let lock_name = pod.annotations().get(LOCK_ANNOTATION).map(|l| l.trim()).unwrap_or_default();
+        let lock = find(lock_name);
+        return explain_slots(pod, lock, &slot_reads(&ns, lock_name, lock, leases), pods, claims, now);
+    }
+    let ann = |k: &str| pod.annotations().get(k).map(String::as_str);
+    let recorded = |l: &str| ann(&lock_token_annotation(l)).and_then(parse_token);
+    let gated = is_gated(pod);
+    let uid = pod.metadata.uid.clone();
+    let listed = set.join(", ");
+    let phase = Phase::parse(pod.status.as_ref().and_then(|s| s.phase.as_deref()));
+    if matches!(phase, Phase::Succeeded | Phase::Failed) {
+        let held: Vec<String> =
+            set.iter().filter_map(|l| Some(format!("{l} with fencing token {}", recorded(l)?))).collect();
+        let held = if held.is_empty() { String::new() } else { format!(" It held {}.", held.join(", ")) };
+        let first = format!("Pod {name} has finished ({phase:?}): it neither waits nor holds a lock.{held}");
+        return say(Verdict::Done, first, &[]);
+    }
+    if pod.metadata.deletion_timestamp.is_some() {
+        let first = if gated {
+            format!("Pod {name} is being deleted before it was granted: it left the queues and will never start.")
+        } else {
+            format!(
+                "Pod {name} is being deleted; while its containers may still run it keeps the locks it holds, \
+                 which are released once the pod object is gone."
+            )
+        };
+        return say(Verdict::Done, first, &[]);
+    }
+
+    let whole = lock_set_unservable_among(&ns, &set, find);
+    let mut lines = vec![if gated {
+        format!(
+            "Pod {name} waits at the {SCHEDULING_GATE} scheduling gate for its lock set {listed} ({LOCKS_ANNOTATION}): \
+             it starts only once it holds every lock of the set."
+        )
+    } else {
+        format!(
+            "Pod {name} asks for the lock set {listed} ({LOCKS_ANNOTATION}) and is past the {SCHEDULING_GATE} scheduling gate."
+        )
+    }];
+    let mut states: Vec<SetLock> = vec![];
+    for l in &set {
+        let lock = find(l);
+        let reads = slot_reads(&ns, l, lock, leases);
+        // A lock set is served with single-holder locks only: slot 0, the lock's own Lease.
+        let reads = &reads[..reads.len().min(1)];
+        let read = reads.first().copied().unwrap_or(LeaseRead::Missing);
+        let holding = slot_holders(lock, reads, claims);
+        let holder = holding.first().map(|(_, h)| h);
+        let withdrawn = ann(&lock_withdrawn_annotation(l)).and_then(parse_token).filter(|t| *t > 0);
+        // A Lease that names the pod with a token at or below the withdrawn one was taken back
+        // (the operator moves it on): it does not count as the pod's.
+        let named =
+            holder.filter(|h| h.name == name && h.uid.is_some() && h.uid == uid && h.token > withdrawn.unwrap_or(0));
+        let own = lock_set_unservable_among(&ns, std::slice::from_ref(l), find);
+        let since = || {
+            lock.and_then(|x| x.status.as_ref()?.holder.as_ref())
+                .filter(|h| h.name == name)
+                .and_then(|h| h.since.as_ref())
+                .map(|t| format!(" (granted {} ago)", age(seconds_since(t.0, now))))
+                .unwrap_or_default()
+        };
+        let (state, line) = match (gated, named, own, lock) {
+            (false, Some(h), _, _) => {
+                let t = recorded(l).unwrap_or(h.token);
+                (SetLockState::Holds { token: t }, format!("- lock {l}: held, fencing token {t}{}.", since()))
+            }
+            (false, None, _, _) => match recorded(l) {
+                Some(t) => (
+                    SetLockState::Lost { token: t },
+                    format!("- lock {l}: granted with fencing token {t}, but {}.", lease_now(l, holder, read)),
+                ),
+                None => (
+                    SetLockState::NotGranted,
+                    format!(
+                        "- lock {l}: never granted (no {} on the pod, its Lease does not name it).",
+                        lock_token_annotation(l)
+                    ),
+                ),
+            },
+            (true, _, Some(why), _) => {
+                (SetLockState::NotServed { why: why.clone() }, format!("- lock {l}: not served: {why}."))
+            }
+            (true, Some(h), None, _) => {
+                let is_recorded = recorded(l) == Some(h.token);
+                let record = match is_recorded {
+                    true => format!("the token is recorded on the pod in {}", lock_token_annotation(l)),
+                    false => "the operator records the token on the pod next".to_string(),
+                };
+                let mut line = format!(
+                    "- lock {l}: reserved for it, tentative token {} (its Lease names the pod, which stays gated; \
+                     {record}): a tentative grant, the lock serves nobody else while the pod waits for the other locks \
+                     of its set.",
+                    h.token
+                );
+                let head = queue(&ns, l, &[], pods, claims).into_iter().next();
+                if whole.is_some() {
+                    line.push_str(
+                        " Its set is not served, so the operator takes this grant back (withdrawn on the pod first, \
+                         then the Lease moves on).",
+                    );
+                } else if let Some(head) = head.filter(|c| Some(&c.uid) != uid.as_ref()) {
+                    line.push_str(&format!(
+                        " An older waiter, {}, is first in lock {l}'s queue: the operator takes this grant back \
+                         (wound-wait) and the pod waits again.",
+                        describe_waiter(&head)
+                    ));
+                }
+                (SetLockState::Reserved { token: h.token, recorded: is_recorded }, line)
+            }
+            (true, None, None, _) if whole.is_some() => (
+                SetLockState::NotQueued,
+                format!(
+                    "- lock {l}: not queued: the operator leaves the pod out of lock {l}'s queue while its set is not served."
+                ),
+            ),
+            // (A lock that does not exist is not served: the arm above.)
+            (true, None, None, None) => (SetLockState::NotQueued, format!("- lock {l}: not queued.")),
+            (true, None, None, Some(lock)) => {
+                let others: Vec<(u32, CurrentHolder)> =
+                    holding.iter().filter(|(_, h)| h.uid.is_none() || h.uid != uid).cloned().collect();
+                let holder_uids: Vec<&str> = others.iter().filter_map(|(_, h)| h.uid.as_deref()).collect();
+                let q = queue(&ns, l, &holder_uids, pods, claims);
+                let again = withdrawn
+                    .map(|t| {
+                        format!(
+                            " again (a tentative grant of it, token {t}, was taken back: {})",
+                            lock_withdrawn_annotation(l)
+                        )
+                    })
+                    .unwrap_or_default();
+                let who = Waiter {
+                    intro: format!("- lock {l}: waiting{again}"),
+                    kind: HolderKind::Pod,
+                    uid: uid.as_deref(),
+                    not_granted: "gated",
+                    cannot_queue: format!("- lock {l}: not queued: the pod is gated for it"),
+                };
+                let mut notes = vec![];
+                ready_notes(lock, &ns, &mut notes);
+                let e = explain_waiter(&who, lock, l, reads, &others, pods, claims, now, notes);
+                match q.iter().position(|c| c.kind == HolderKind::Pod && Some(&c.uid) == uid.as_ref()) {
+                    Some(i) => (SetLockState::Waiting { position: i + 1, of: q.len(), withdrawn }, e.text),
+                    None => (SetLockState::NotQueued, e.text),
+                }
+            }
+        };
+        lines.push(line);
+        states.push(SetLock { lock: l.clone(), state });
+    }
+
+    let first_with = |f: &dyn Fn(&SetLockState) -> bool| states.iter().find(|s| f(&s.state));
+    let (verdict, last) = if !gated {
+        if let Some(SetLock { lock, state: SetLockState::Lost { token } }) =
+            first_with(&|s| matches!(s, SetLockState::Lost { .. }))
+        {
+            (
+                Verdict::LostGrant { lock: lock.clone(), token: *token },
+                format!(
+                    "It no longer holds lock {lock} (taken back after its node was lost, or the Lease was edited) while \
+                     it may still run. Only the fencing token {token} protects that lock's data now; stop the pod if it \
+                     should not run on."
+                ),
+            )
+        } else if let Some(missing) = first_with(&|s| matches!(s, SetLockState::NotGranted)) {
+            (
+                Verdict::UngatedWithoutGrant { lock: missing.lock.clone() },
+                format!(
+                    "It runs without lock {} (created without the gate, or spec.nodeName bypasses the scheduler). \
+                     Recreate it with the gate (the chart's admission policy adds it) to make it wait for its set.",
+                    missing.lock
+                ),
+            )
+        } else {
+            let tokens: Vec<(String, i64)> = states
+                .iter()
+                .filter_map(|s| match s.state {
+                    SetLockState::Holds { token } => Some((s.lock.clone(), token)),
+                    _ => None,
+                })
+                .collect();
+            let list: Vec<String> = tokens.iter().map(|(l, t)| format!("{l} with fencing token {t}")).collect();
+            let last = format!(
+                "It holds every lock of its set ({}) and runs; it keeps them until it succeeds, fails or is deleted.",
+                list.join(", ")
+            );
+            (Verdict::HoldsSet { tokens }, last)
+        }
+    } else if let Some(why) = &whole {
+        let reason = lock_set_not_served_note(&set, why);
+        let last = format!(
+            "The operator does not serve its set (Warning Event LockSetNotServed: {reason}). To have it served, make \
+             every lock of the list exist as a single-holder lock (no spec.maxHolders), or fix the pod's \
+             {LOCKS_ANNOTATION} list (recreate the pod if a lock is already recorded on it: the list cannot change \
+             then)."
+        );
+        (Verdict::SetNotServed { reason, locks: states.clone() }, last)
+    } else if states.iter().all(|s| matches!(s.state, SetLockState::Reserved { .. })) {
+        let last = "Every lock of its set is reserved for it: the operator records the last token and removes the \
+                    gate on its next step; if it stays gated, check the operator's log."
+            .to_string();
+        (Verdict::WaitsForSet { locks: states.clone() }, last)
+    } else {
+        let waits: Vec<String> = states
+            .iter()
+            .filter_map(|s| match &s.state {
+                SetLockState::Waiting { position, of, .. } => {
+                    Some(format!("{} (position {position} of {of} in its queue)", s.lock))
+                }
+                SetLockState::NotQueued => Some(format!("{} (not queued)", s.lock)),
+                _ => None,
+            })
+            .collect();
+        let reserved: Vec<&str> = states
+            .iter()
+            .filter(|s| matches!(s.state, SetLockState::Reserved { .. }))
+            .map(|s| s.lock.as_str())
+            .collect();
+        let mut last = format!("It waits for {} of its {} locks: {}.", waits.len(), set.len(), waits.join(", "));
+        match reserved.len() {
+            0 => {}
+            1 => last.push_str(&format!(" Lock {} is reserved for it meanwhile.", reserved[0])),
+            _ => last.push_str(&format!(" Locks {} are reserved for it meanwhile.", reserved.join(", "))),
+        }
+        (Verdict::WaitsForSet { locks: states.clone() }, last)
+    };
+    lines.push(last);
+    if leases.is_none() {
+        lines.push(
+            "(The Leases could not be read, 403 Forbidden: the holders are as the locks' status records them.)".into(),
+        );
+    }
+    let ignored: Vec<&str> = [LOCK_ANNOTATION, policy::ON_BUSY_ANNOTATION, policy::MAX_WAIT_ANNOTATION]
+        .into_iter()
+        .filter(|k| ann(k).is_some())
+        .collect();
+    if !ignored.is_empty() && ann(GRANTED_LOCK_ANNOTATION).is_none() {
+        lines.push(format!(
+            "(Its {} annotation{} ignored: a pod with a lock set waits in FIFO order for the locks of its set.)",
+            ignored.join(", "),
+            if ignored.len() == 1 { " is" } else { "s are" }
+        ));
+    }
+    Explanation { verdict, text: lines.join("\n") }
 }
 
 fn say(verdict: Verdict, first: String, notes: &[String]) -> Explanation {
@@ -996,7 +1347,8 @@ fn lease_now(lease_name: &str, holder: Option<&CurrentHolder>, read: LeaseRead<'
 
 /// A waiter as [`explain_waiter`] describes it.
 struct Waiter<'a> {
-    /// "Pod p waits at the ... gate" / "Claim c (identity) waits".
+    /// "Pod p waits at the ... gate for lock l" / "Claim c (identity) waits for lock l" / "lock l:
+    /// waiting" (a line of [`explain_set`]): what comes before ", held by ...".
     intro: String,
     kind: HolderKind,
     uid: Option<&'a str>,
@@ -1046,7 +1398,13 @@ fn explain_waiter(
                 .and_then(|s| s.since.as_ref())
                 .map(|s| format!(" for {}", age(seconds_since(s.0, now))))
                 .unwrap_or_default();
-            format!("held by {} {} with fencing token {}{since}", holder_text(h), h.name, h.token)
+            match reserved_for_set(h, pods) {
+                true => format!(
+                    "reserved for pod {} (it waits for the other locks of its set), tentative token {}{since}",
+                    h.name, h.token
+                ),
+                false => format!("held by {} {} with fencing token {}{since}", holder_text(h), h.name, h.token),
+            }
         }
         (None, None) => match lease {
             LeaseRead::Found(_) | LeaseRead::Forbidden => "which is free".to_string(),
@@ -1073,7 +1431,7 @@ fn explain_waiter(
         format!("It is at position {} of {} in the queue, behind {}{more}", index + 1, queue.len(), ahead.join(", "))
     };
     let mut first = format!(
-        "{} for lock {lock_name}, {held_by}. {place} (waiting {} since it was created).",
+        "{}, {held_by}. {place} (waiting {} since it was created).",
         who.intro,
         age(seconds_since(me.created, now))
     );
@@ -1100,6 +1458,21 @@ fn explain_waiter(
         ));
     }
     say(Verdict::Waiting { lock: lock_name.to_string(), position: index + 1 }, first, &notes)
+}
+
+/// Whether `holder` (a lock's Lease holder) is a gated pod of `pods` with a lock set: its grant
+/// is tentative, a reservation kept while it waits for the other locks of its set.
+fn reserved_for_set(holder: &CurrentHolder, pods: &[Pod]) -> bool {
+    holder.kind == HolderKind::Pod
+        && holder.uid.is_some()
+        && pods.iter().any(|p| p.metadata.uid == holder.uid && is_gated(p) && !lock_set(p.annotations()).is_empty())
+}
+
+fn is_gated(pod: &Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.scheduling_gates.as_ref())
+        .is_some_and(|g| g.iter().any(|g| g.name == SCHEDULING_GATE))
 }
 
 fn describe_waiter(c: &Candidate) -> String {
@@ -1217,6 +1590,11 @@ async fn why_inner(args: WhyArgs) -> anyhow::Result<i32> {
             claims_api.get_opt(&args.name).await.with_context(|| format!("get DistributedLockClaim {}", args.name))?
         }
     };
+    if let Some(pod) = pod.as_ref().filter(|p| !lock_set(p.annotations()).is_empty()) {
+        let explanation = why_set(&client, &ns, pod).await?;
+        println!("{}", explanation.text);
+        return Ok(0);
+    }
     let lock_name = match (&pod, &claim) {
         (Some(pod), _) => {
             pod.annotations().get(LOCK_ANNOTATION).map(|l| l.trim().to_string()).filter(|l| !l.is_empty())
@@ -1260,6 +1638,39 @@ async fn why_inner(args: WhyArgs) -> anyhow::Result<i32> {
     };
     println!("{}", explanation.text);
     Ok(0)
+}
+
+/// [`explain_set`] for `pod` (in namespace `ns`), which asks for a lock set: reads the locks of
+/// the namespace (one LIST), each lock's Lease of the set (one GET each; `None` on 403), and the
+/// namespace's pods and claims.
+async fn why_set(client: &Client, ns: &str, pod: &Pod) -> anyhow::Result<Explanation> {
+    let locks = Api::<DistributedLock>::namespaced(client.clone(), ns)
+        .list(&ListParams::default())
+        .await
+        .with_context(|| format!("list DistributedLocks in namespace {ns}"))?
+        .items;
+    let leases_api: Api<Lease> = Api::namespaced(client.clone(), ns);
+    let mut leases = Some(vec![]);
+    // Only the Leases of locks that exist (a lock's Lease goes with it); the others are not served.
+    let existing = lock_set(pod.annotations()).into_iter().filter(|l| locks.iter().any(|x| x.name_any() == *l));
+    for l in existing {
+        match leases_api.get_opt(&l).await {
+            Ok(found) => leases.iter_mut().for_each(|ls| ls.extend(found.clone())),
+            Err(e) if is_forbidden(&e) => leases = None,
+            Err(e) => return Err(anyhow::Error::new(e).context(format!("read the Lease of lock {l}"))),
+        }
+    }
+    let pods = Api::<Pod>::namespaced(client.clone(), ns)
+        .list(&ListParams::default())
+        .await
+        .with_context(|| format!("list pods in namespace {ns}"))?
+        .items;
+    let claims = Api::<DistributedLockClaim>::namespaced(client.clone(), ns)
+        .list(&ListParams::default())
+        .await
+        .with_context(|| format!("list DistributedLockClaims in namespace {ns}"))?
+        .items;
+    Ok(explain_set(pod, &locks, leases.as_deref(), &pods, &claims, Timestamp::now()))
 }
 
 /// The Leases of the lock named `lock` (in `api`'s namespace): its own (a GET, found even when
@@ -1817,6 +2228,278 @@ mod tests {
         assert!(matches!(reads[2], LeaseRead::Found(l) if l.name_any() == "l-slot-2"));
         // A single-holder lock reads slot 0 only.
         assert_eq!(slot_reads(NS, "l", Some(&ready_lock(None)), Some(&leases)).len(), 1);
+    }
+
+    // Lock sets (`leasehold.dev/locks`): locks a and b, their Leases named like them.
+
+    fn set_lock(name: &str, holder: Option<(&str, i64)>) -> DistributedLock {
+        let mut l = ready_lock(holder);
+        l.metadata.name = Some(name.into());
+        l
+    }
+
+    fn set_lease(name: &str, holder: Option<(&str, i64)>) -> Lease {
+        let mut l = lease(holder);
+        l.metadata.name = Some(name.into());
+        l
+    }
+
+    /// A pod created at `created` that asks for the lock set `set`, with these per-lock tokens
+    /// recorded (`<lock>.locks.leasehold.dev/fencing-token`); running when not gated.
+    fn set_pod(name: &str, created: i64, set: &str, tokens: &[(&str, i64)], gated: bool) -> Pod {
+        let mut ann = json!({LOCKS_ANNOTATION: set});
+        for (l, t) in tokens {
+            ann[lock_token_annotation(l)] = json!(t.to_string());
+        }
+        let mut p = pod(name, created, ann, gated);
+        if !gated {
+            p.status = Some(serde_json::from_value(json!({"phase": "Running"})).unwrap());
+        }
+        p
+    }
+
+    /// A running pod that holds lock `lock` alone with `token`.
+    fn single_holder(name: &str, lock: &str, token: i64) -> Pod {
+        let mut p = holder_pod(name, token);
+        let ann = p.metadata.annotations.as_mut().unwrap();
+        ann.insert(LOCK_ANNOTATION.into(), lock.into());
+        ann.insert(GRANTED_LOCK_ANNOTATION.into(), lock.into());
+        p
+    }
+
+    fn set_why(name: &str, locks: &[DistributedLock], leases: Option<&[Lease]>, pods: &[Pod]) -> Explanation {
+        let pod = pods.iter().find(|p| p.name_any() == name).unwrap();
+        explain_set(pod, locks, leases, pods, &[], now())
+    }
+
+    fn lock_state(e: &Explanation, lock: &str) -> SetLockState {
+        let locks = match &e.verdict {
+            Verdict::WaitsForSet { locks } | Verdict::SetNotServed { locks, .. } => locks,
+            v => panic!("no per-lock states in {v:?}"),
+        };
+        locks.iter().find(|s| s.lock == lock).map(|s| s.state.clone()).expect("the lock is in the set")
+    }
+
+    /// m wants {a, b} (created at 10): a is reserved for it (token 4, recorded), b is held by the
+    /// running h (token 3); w waits for b (created at 20), v for a (created at 30).
+    fn set_world() -> (Vec<DistributedLock>, Vec<Lease>, Vec<Pod>) {
+        let locks = vec![set_lock("a", Some(("m", 4))), set_lock("b", Some(("h", 3)))];
+        let leases = vec![set_lease("a", Some(("m", 4))), set_lease("b", Some(("h", 3)))];
+        let mut w = waiter("w", 20);
+        w.metadata.annotations.as_mut().unwrap().insert(LOCK_ANNOTATION.into(), "b".into());
+        let mut v = waiter("v", 30);
+        v.metadata.annotations.as_mut().unwrap().insert(LOCK_ANNOTATION.into(), "a".into());
+        let pods = vec![set_pod("m", 10, "a, b", &[("a", 4)], true), single_holder("h", "b", 3), w, v];
+        (locks, leases, pods)
+    }
+
+    #[test]
+    fn a_set_pod_is_told_lock_by_lock_that_a_is_reserved_and_where_it_waits_for_b() {
+        let (locks, leases, pods) = set_world();
+        let e = set_why("m", &locks, Some(&leases), &pods);
+        let reserved = SetLockState::Reserved { token: 4, recorded: true };
+        let waiting = SetLockState::Waiting { position: 1, of: 2, withdrawn: None };
+        assert_eq!(
+            e.verdict,
+            Verdict::WaitsForSet {
+                locks: vec![
+                    SetLock { lock: "a".into(), state: reserved },
+                    SetLock { lock: "b".into(), state: waiting }
+                ]
+            }
+        );
+        let lines: Vec<&str> = e.text.lines().collect();
+        assert_eq!(lines.len(), 4, "a first line, one per lock, the verdict: {}", e.text);
+        assert!(lines[0].starts_with("Pod m waits at the leasehold.dev/lock scheduling gate for its lock set a, b"));
+        assert!(
+            lines[1].starts_with("- lock a: reserved for it, tentative token 4 (its Lease names the pod"),
+            "{}",
+            e.text
+        );
+        assert!(lines[1].contains("recorded on the pod in a.locks.leasehold.dev/fencing-token"), "{}", e.text);
+        assert!(
+            lines[2].starts_with(
+                "- lock b: waiting, held by pod h with fencing token 3 for 1m. It is at position 1 of 2 in the queue: \
+                 next to be granted"
+            ),
+            "{}",
+            e.text
+        );
+        assert_eq!(
+            lines[3],
+            "It waits for 1 of its 2 locks: b (position 1 of 2 in its queue). Lock a is reserved for it meanwhile."
+        );
+        // Not recorded on the pod yet: the operator records it next.
+        let mut pods = pods;
+        pods[0] = set_pod("m", 10, "a, b", &[], true);
+        let e = set_why("m", &locks, Some(&leases), &pods);
+        assert_eq!(lock_state(&e, "a"), SetLockState::Reserved { token: 4, recorded: false });
+        assert!(e.text.contains("the operator records the token on the pod next"), "{}", e.text);
+    }
+
+    #[test]
+    fn a_single_lock_waiter_is_told_its_lock_is_reserved_for_a_set_pod_not_held() {
+        let (locks, leases, pods) = set_world();
+        let v = pods.iter().find(|p| p.name_any() == "v").unwrap().clone();
+        let e = explain(&v, Some(&locks[0]), LeaseRead::Found(&leases[0]), &pods, &[], now());
+        assert_eq!(e.verdict, Verdict::Waiting { lock: "a".into(), position: 1 });
+        assert!(
+            e.text.contains(
+                "for lock a, reserved for pod m (it waits for the other locks of its set), tentative token 4 for 1m"
+            ),
+            "{}",
+            e.text
+        );
+        assert!(!e.text.contains("held by"), "{}", e.text);
+        // Ungated, m holds a: held by, as for any holder.
+        let mut pods = pods;
+        pods[0] = set_pod("m", 10, "a, b", &[("a", 4), ("b", 5)], false);
+        let e = explain(&v, Some(&locks[0]), LeaseRead::Found(&leases[0]), &pods, &[], now());
+        assert!(e.text.contains("for lock a, held by pod m with fencing token 4"), "{}", e.text);
+    }
+
+    #[test]
+    fn a_set_pod_holding_every_lock_is_told_each_token() {
+        let locks = vec![set_lock("a", Some(("m", 4))), set_lock("b", Some(("m", 5)))];
+        let leases = vec![set_lease("a", Some(("m", 4))), set_lease("b", Some(("m", 5)))];
+        let pods = vec![set_pod("m", 10, "b,a", &[("a", 4), ("b", 5)], false)];
+        let e = set_why("m", &locks, Some(&leases), &pods);
+        assert_eq!(e.verdict, Verdict::HoldsSet { tokens: vec![("a".into(), 4), ("b".into(), 5)] });
+        let lines: Vec<&str> = e.text.lines().collect();
+        assert_eq!(lines[1], "- lock a: held, fencing token 4 (granted 1m ago).", "{}", e.text);
+        assert_eq!(lines[2], "- lock b: held, fencing token 5 (granted 1m ago).", "{}", e.text);
+        assert!(
+            lines[3].starts_with(
+                "It holds every lock of its set (a with fencing token 4, b with fencing token 5) and runs"
+            ),
+            "{}",
+            e.text
+        );
+        // Finished: done, with the tokens it held.
+        let mut done = pods[0].clone();
+        done.status = Some(serde_json::from_value(json!({"phase": "Succeeded"})).unwrap());
+        let e = explain_set(&done, &locks, Some(&leases), &[], &[], now());
+        assert_eq!(e.verdict, Verdict::Done);
+        assert!(e.text.contains("It held a with fencing token 4, b with fencing token 5."), "{}", e.text);
+    }
+
+    #[test]
+    fn a_running_set_pod_whose_lease_moved_on_or_that_was_never_gated_is_told_so() {
+        let locks = vec![set_lock("a", Some(("m", 4))), set_lock("b", Some(("x", 6)))];
+        let leases = vec![set_lease("a", Some(("m", 4))), set_lease("b", Some(("x", 6)))];
+        let pods = vec![set_pod("m", 10, "a,b", &[("a", 4), ("b", 5)], false)];
+        let e = set_why("m", &locks, Some(&leases), &pods);
+        assert_eq!(e.verdict, Verdict::LostGrant { lock: "b".into(), token: 5 });
+        assert!(e.text.contains("- lock b: granted with fencing token 5, but its Lease b now names x."), "{}", e.text);
+        // Never gated: a's Lease names it (held), b was never granted.
+        let pods = vec![set_pod("m", 10, "a,b", &[], false)];
+        let e = set_why("m", &locks, Some(&leases), &pods);
+        assert_eq!(e.verdict, Verdict::UngatedWithoutGrant { lock: "b".into() });
+        assert!(
+            e.text.contains("- lock b: never granted (no b.locks.leasehold.dev/fencing-token on the pod"),
+            "{}",
+            e.text
+        );
+        assert!(e.text.contains("It runs without lock b"), "{}", e.text);
+    }
+
+    #[test]
+    fn a_withdrawn_grant_is_named_and_the_pod_waits_again() {
+        // a was reserved for m with token 4 and taken back for the older o, who holds it now.
+        let locks = vec![set_lock("a", Some(("o", 5))), set_lock("b", Some(("h", 3)))];
+        let mut leases = vec![set_lease("a", Some(("o", 5))), set_lease("b", Some(("h", 3)))];
+        let mut m = set_pod("m", 10, "a,b", &[], true);
+        m.metadata.annotations.as_mut().unwrap().insert(lock_withdrawn_annotation("a"), "4".into());
+        let pods = vec![m, single_holder("o", "a", 5), single_holder("h", "b", 3)];
+        let e = set_why("m", &locks, Some(&leases), &pods);
+        assert_eq!(lock_state(&e, "a"), SetLockState::Waiting { position: 1, of: 1, withdrawn: Some(4) });
+        assert!(
+            e.text.contains(
+                "- lock a: waiting again (a tentative grant of it, token 4, was taken back: \
+                 a.locks.leasehold.dev/withdrawn), held by pod o with fencing token 5"
+            ),
+            "{}",
+            e.text
+        );
+        assert!(e.text.contains("It waits for 2 of its 2 locks: a (position 1 of 1 in its queue), b ("), "{}", e.text);
+        // Withdrawn on the pod while the Lease still names it with that token: not reserved any more.
+        leases[0] = set_lease("a", Some(("m", 4)));
+        let e = set_why("m", &locks, Some(&leases), &pods);
+        assert!(matches!(lock_state(&e, "a"), SetLockState::Waiting { withdrawn: Some(4), .. }), "{:?}", e.verdict);
+    }
+
+    #[test]
+    fn a_reservation_an_older_waiter_is_ahead_of_is_taken_back() {
+        let (locks, leases, mut pods) = set_world();
+        let mut o = waiter("o", 1);
+        o.metadata.annotations.as_mut().unwrap().insert(LOCK_ANNOTATION.into(), "a".into());
+        pods.push(o);
+        let e = set_why("m", &locks, Some(&leases), &pods);
+        assert!(
+            e.text.contains("An older waiter, o, is first in lock a's queue: the operator takes this grant back"),
+            "{}",
+            e.text
+        );
+    }
+
+    #[test]
+    fn every_lock_reserved_means_the_operator_ungates_next() {
+        let locks = vec![set_lock("a", Some(("m", 4))), set_lock("b", Some(("m", 5)))];
+        let leases = vec![set_lease("a", Some(("m", 4))), set_lease("b", Some(("m", 5)))];
+        let pods = vec![set_pod("m", 10, "a,b", &[("a", 4)], true)];
+        let e = set_why("m", &locks, Some(&leases), &pods);
+        assert_eq!(lock_state(&e, "b"), SetLockState::Reserved { token: 5, recorded: false });
+        assert!(matches!(e.verdict, Verdict::WaitsForSet { .. }), "{:?}", e.verdict);
+        assert!(e.text.ends_with("removes the gate on its next step; if it stays gated, check the operator's log."));
+    }
+
+    #[test]
+    fn a_set_with_a_missing_lock_or_a_semaphore_is_not_served_with_the_operators_message() {
+        let locks = vec![set_lock("a", None)];
+        let leases = vec![set_lease("a", None)];
+        let pods = vec![set_pod("m", 10, "a,x", &[], true)];
+        let e = set_why("m", &locks, Some(&leases), &pods);
+        let why = "DistributedLock x does not exist in namespace ns";
+        let reason = crate::controller::lock_set_not_served_note(&["a".into(), "x".into()], why);
+        assert_eq!(
+            e.verdict,
+            Verdict::SetNotServed {
+                reason: reason.clone(),
+                locks: vec![
+                    SetLock { lock: "a".into(), state: SetLockState::NotQueued },
+                    SetLock { lock: "x".into(), state: SetLockState::NotServed { why: why.into() } },
+                ]
+            }
+        );
+        assert!(e.text.contains(&format!("(Warning Event LockSetNotServed: {reason})")), "{}", e.text);
+        assert!(e.text.contains("- lock a: not queued: the operator leaves the pod out"), "{}", e.text);
+        assert!(e.text.contains(&format!("- lock x: not served: {why}.")), "{}", e.text);
+        // a reserved for it before x went away: taken back.
+        let leases = vec![set_lease("a", Some(("m", 4)))];
+        let e = set_why("m", &locks, Some(&leases), &pods);
+        assert_eq!(lock_state(&e, "a"), SetLockState::Reserved { token: 4, recorded: false });
+        assert!(e.text.contains("Its set is not served, so the operator takes this grant back"), "{}", e.text);
+        // x a semaphore.
+        let mut x = set_lock("x", None);
+        x.spec.max_holders = Some(2);
+        let e = set_why("m", &[set_lock("a", None), x], Some(&[]), &pods);
+        assert!(
+            matches!(&e.verdict, Verdict::SetNotServed { reason, .. } if reason.contains("DistributedLock x is a semaphore")),
+            "{:?}",
+            e.verdict
+        );
+    }
+
+    #[test]
+    fn without_read_access_to_leases_a_set_pods_locks_come_from_their_status() {
+        let (locks, _, pods) = set_world();
+        let e = set_why("m", &locks, None, &pods);
+        assert_eq!(lock_state(&e, "a"), SetLockState::Reserved { token: 4, recorded: true });
+        assert!(e.text.contains("- lock b: waiting, held by pod h with fencing token 3"), "{}", e.text);
+        assert!(e.text.contains("403 Forbidden"), "{}", e.text);
+        // A pod without a set is explained for its one lock.
+        let e = set_why("w", &locks, None, &pods);
+        assert_eq!(e.verdict, Verdict::Waiting { lock: "b".into(), position: 2 });
     }
 
     #[test]
