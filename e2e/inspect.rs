@@ -4,13 +4,14 @@
 use std::process::Command;
 
 use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
 use kube::api::PostParams;
 use leasehold::crd::{DistributedLock, DistributedLockClaim};
-use leasehold::lock::SLOT_ANNOTATION;
+use leasehold::lock::{SLOT_ANNOTATION, lock_token_annotation};
 use serde_json::{Value, json};
 
 use crate::install::{create_token, token_kubeconfig};
-use crate::support::{TestNs, WAIT, is_gated, token_of, wait_pod, wait_until};
+use crate::support::{TestNs, WAIT, is_gated, set_pod, token_of, wait_pod, wait_until};
 
 /// Runs `leasehold <args>` with the test's admin kubeconfig in `KUBECONFIG`; returns
 /// (exit status, stdout, stderr).
@@ -300,5 +301,65 @@ async fn status_and_why_run_as_a_kubectl_plugin() {
     let why = kubectl(&["leasehold", "why", "holder", "-n", &ns.ns]);
     assert!(why.contains("holds lock l"), "{why}");
     std::fs::remove_dir_all(&dir).unwrap();
+    ns.cleanup().await;
+}
+
+/// A pod wanting the lock set {a, b} while b is held by another running pod: `why` explains it
+/// lock by lock (a reserved for it with its tentative token, b waiting behind the holder), and a
+/// single-lock waiter on a is told a is reserved for the set pod; once b is freed the pod holds
+/// both and `why` gives each lock's token.
+#[tokio::test]
+async fn why_explains_a_multi_lock_pod_lock_by_lock() {
+    let mut ns = TestNs::new("inspect-set").await;
+    for l in ["a", "b"] {
+        ns.create_lock(l, json!({})).await;
+    }
+    ns.start_operator(&[]);
+    ns.create_gated_pod("hb", "b", "10m").await;
+    let hb = wait_pod(&ns, "hb", "granted", |p| !is_gated(p)).await;
+    let hb_token = token_of(&hb).expect("the holder of b carries its token");
+    ns.create_pod(set_pod("m", "a,b", "10m")).await;
+    let (token_a, token_b) = (lock_token_annotation("a"), lock_token_annotation("b"));
+    let m = wait_pod(&ns, "m", "a reserved", |p| p.annotations().contains_key(&token_a)).await;
+    assert!(is_gated(&m), "m waits for b");
+    let reserved: i64 = m.annotations()[&token_a].parse().unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    ns.create_gated_pod("v", "a", "1s").await;
+
+    let why = leasehold_ok(&ns, &["why", "m", "-n", &ns.ns]);
+    let lines: Vec<&str> = why.lines().collect();
+    assert!(lines[0].contains("waits at the leasehold.dev/lock scheduling gate for its lock set a, b"), "{why}");
+    assert!(lines[1].starts_with(&format!("- lock a: reserved for it, tentative token {reserved} ")), "{why}");
+    assert!(lines[2].starts_with(&format!("- lock b: waiting, held by pod hb with fencing token {hb_token}")), "{why}");
+    assert!(lines[2].contains("position 1 of 1 in the queue"), "{why}");
+    assert!(
+        lines[3].starts_with(
+            "It waits for 1 of its 2 locks: b (position 1 of 1 in its queue). Lock a is reserved for it meanwhile."
+        ),
+        "{why}"
+    );
+    let v = leasehold_ok(&ns, &["why", "v", "-n", &ns.ns]);
+    assert!(
+        v.contains(&format!(
+            "for lock a, reserved for pod m (it waits for the other locks of its set), tentative token {reserved}"
+        )),
+        "{v}"
+    );
+
+    // b freed: m gets it and runs with both.
+    ns.kubectl(&["delete", "pod", "hb", "--wait=false"]);
+    let m = wait_pod(&ns, "m", "ungated", |p| !is_gated(p)).await;
+    let tokens: Vec<i64> = [&token_a, &token_b].iter().map(|k| m.annotations()[*k].parse().unwrap()).collect();
+    assert_eq!(tokens[0], reserved, "a keeps the token it was reserved with");
+    let why = leasehold_ok(&ns, &["why", "m", "-n", &ns.ns]);
+    assert!(why.contains(&format!("- lock a: held, fencing token {}", tokens[0])), "{why}");
+    assert!(why.contains(&format!("- lock b: held, fencing token {}", tokens[1])), "{why}");
+    assert!(
+        why.contains(&format!(
+            "It holds every lock of its set (a with fencing token {}, b with fencing token {}) and runs",
+            tokens[0], tokens[1]
+        )),
+        "{why}"
+    );
     ns.cleanup().await;
 }

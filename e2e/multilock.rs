@@ -11,10 +11,10 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::Api;
-use leasehold::lock::{LOCK_ANNOTATION, LOCKS_ANNOTATION, lock_token_annotation, lock_withdrawn_annotation};
+use leasehold::lock::{LOCK_ANNOTATION, lock_token_annotation, lock_withdrawn_annotation};
 use serde_json::json;
 
-use crate::support::{TestNs, gated_pod, is_gated, on_pod_changes, phase, token_of, wait_pod, wait_until};
+use crate::support::{TestNs, gated_pod, is_gated, on_pod_changes, phase, set_pod, token_of, wait_pod, wait_until};
 
 /// One version of a pod as the watch saw it.
 #[derive(Clone, Debug)]
@@ -61,16 +61,6 @@ fn watch(ns: &TestNs) -> Arc<Mutex<Vec<Seen>>> {
         });
     });
     log
-}
-
-/// A pod that waits at the gate for every lock of `locks` (as written in the annotation) and
-/// finishes `run_for` after it starts.
-fn set_pod(name: &str, locks: &str, run_for: &str) -> Pod {
-    let mut p = gated_pod(name, "unused", run_for);
-    let ann = p.metadata.annotations.get_or_insert_default();
-    ann.remove(LOCK_ANNOTATION);
-    ann.insert(LOCKS_ANNOTATION.into(), locks.into());
-    p
 }
 
 /// Replays the watch log and returns the first violation: a running pod that misses the token

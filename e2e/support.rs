@@ -16,7 +16,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::watcher;
 use kube::{Client, Config, ResourceExt};
 use leasehold::crd::DistributedLock;
-use leasehold::lock::{LOCK_ANNOTATION, SCHEDULING_GATE, TOKEN_ANNOTATION};
+use leasehold::lock::{LOCK_ANNOTATION, LOCKS_ANNOTATION, SCHEDULING_GATE, TOKEN_ANNOTATION};
 use serde_json::json;
 use tokio::sync::OnceCell;
 
@@ -323,6 +323,16 @@ pub fn gated_pod(name: &str, lock: &str, run_for: &str) -> Pod {
         },
     }))
     .unwrap()
+}
+
+/// A pod that waits at the gate for every lock of `locks` (a lock set, as written in the
+/// `leasehold.dev/locks` annotation) and finishes `run_for` after it starts.
+pub(crate) fn set_pod(name: &str, locks: &str, run_for: &str) -> Pod {
+    let mut p = gated_pod(name, "unused", run_for);
+    let ann = p.metadata.annotations.get_or_insert_default();
+    ann.remove(LOCK_ANNOTATION);
+    ann.insert(LOCKS_ANNOTATION.into(), locks.into());
+    p
 }
 
 /// What a test observed about the pods of one namespace, from a watch: the order in which pods
