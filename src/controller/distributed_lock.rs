@@ -448,7 +448,7 @@ pub fn lock_set_unservable(
 /// Not served: a lock of the set that does not exist, a semaphore (`spec.maxHolders` set: the
 /// protocol of `docs/multi-lock.md` is model-checked for single-holder locks only), or a lock name
 /// longer than [`MAX_MULTI_LOCK_NAME`] characters (its per-lock annotation key would be invalid).
-/// Pure: the operator ([`lock_set_unservable`]) and `leasehold why` decide alike.
+/// Pure: the operator (`lock_set_unservable`, on its lock cache) and `leasehold why` decide alike.
 pub fn lock_set_unservable_among<L: std::borrow::Borrow<DistributedLock>>(
     ns: &str,
     set: &[String],
