@@ -37,7 +37,7 @@ pub const LOCKS_ANNOTATION: &str = "leasehold.dev/locks";
 const PER_LOCK_DOMAIN: &str = ".locks.leasehold.dev/";
 /// Longest lock name a multi-lock pod can name: an annotation key's prefix is a DNS subdomain of
 /// at most 253 characters (Kubernetes, "Syntax and character set" of annotations), and
-/// `<lock>.locks.leasehold.dev` spends 21 of them.
+/// `<lock>.locks.leasehold.dev` spends 20 of them (`.locks.leasehold.dev`).
 pub const MAX_MULTI_LOCK_NAME: usize = 253 - ".locks.leasehold.dev".len();
 
 /// The annotation in which the operator records lock `lock`'s fencing token on a multi-lock pod:
