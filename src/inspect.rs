@@ -299,18 +299,28 @@ pub struct StatusDocument {
 /// The operator's queue for `lock` (in namespace `ns`): every pod and claim of that namespace
 /// that is a candidate for it, converted as the operator converts them, in grant order
 /// ([`grant::queue_of`]), without the holders with UIDs `holder_uids` (the operator never lists
-/// a holder as a waiter; a semaphore has one per slot).
+/// a holder as a waiter; a semaphore has one per slot). With `locks` (the namespace's
+/// DistributedLocks), also without the multi-lock pods the operator leaves out of the queue: gated,
+/// no token of `lock` recorded, and a set it does not serve
+/// ([`crate::controller::lock_set_unservable_among`]); with `None` nobody is left out.
 pub fn queue(
     ns: &str,
     lock: &str,
     holder_uids: &[&str],
     pods: &[Pod],
     claims: &[DistributedLockClaim],
+    locks: Option<&[DistributedLock]>,
 ) -> Vec<Candidate> {
     let candidates: Vec<Candidate> = pods
         .iter()
         .filter(|p| p.namespace().as_deref() == Some(ns) && pod_concerns_lock(p, lock))
-        .filter_map(|p| candidate_of_pod(p, lock, false))
+        .filter_map(|p| Some((candidate_of_pod(p, lock, false)?, p)))
+        .filter(|(c, p)| {
+            let Some(locks) = locks.filter(|_| c.multi.is_some() && c.gated && c.token.is_none()) else { return true };
+            let find = |l: &str| locks.iter().find(|x| x.name_any() == l && x.namespace().as_deref() == Some(ns));
+            lock_set_unservable_among(ns, &lock_set(p.annotations()), find).is_none()
+        })
+        .map(|(c, _)| c)
         .chain(
             claims
                 .iter()
@@ -330,7 +340,7 @@ pub fn lock_report(
     claims: &[DistributedLockClaim],
     now: Timestamp,
 ) -> LockReport {
-    lock_report_slots(lock, &[lease], pods, claims, now)
+    lock_report_slots(lock, &[lease], pods, claims, None, now)
 }
 
 /// [`lock_report`] with what could be read of every slot's Lease (`slots[k]`: slot k, see
@@ -342,6 +352,7 @@ pub fn lock_report_slots(
     slots: &[LeaseRead<'_>],
     pods: &[Pod],
     claims: &[DistributedLockClaim],
+    locks: Option<&[DistributedLock]>,
     now: Timestamp,
 ) -> LockReport {
     let lease = slots.first().copied().unwrap_or(LeaseRead::Missing);
@@ -397,7 +408,7 @@ pub fn lock_report_slots(
             })
             .collect(),
     };
-    let waiters = queue(&ns, &name, &holder_uids, pods, claims)
+    let waiters = queue(&ns, &name, &holder_uids, pods, claims, locks)
         .iter()
         .enumerate()
         .map(|(i, c)| WaiterReport {
@@ -691,7 +702,7 @@ pub fn explain(
     claims: &[DistributedLockClaim],
     now: Timestamp,
 ) -> Explanation {
-    explain_slots(pod, lock, &[lease], pods, claims, now)
+    explain_slots(pod, lock, &[lease], pods, claims, None, now)
 }
 
 /// [`explain`] with what could be read of every slot's Lease of the lock (`slots[k]`: slot k,
@@ -704,6 +715,7 @@ pub fn explain_slots(
     slots: &[LeaseRead<'_>],
     pods: &[Pod],
     claims: &[DistributedLockClaim],
+    locks: Option<&[DistributedLock]>,
     now: Timestamp,
 ) -> Explanation {
     let lease = slots.first().copied().unwrap_or(LeaseRead::Missing);
@@ -897,7 +909,7 @@ pub fn explain_slots(
         not_granted: "gated",
         cannot_queue: format!("Pod {name} is gated for lock {lock_name}"),
     };
-    explain_waiter(&who, lock, lock_name, slots, &holding, pods, claims, now, notes)
+    explain_waiter(&who, lock, lock_name, slots, &holding, pods, claims, locks, now, notes)
 }
 
 /// Why the claim `claim` (of the `leasehold lock` command or the holder library) waits, holds or
@@ -910,6 +922,7 @@ pub fn explain_claim(
     slots: &[LeaseRead<'_>],
     pods: &[Pod],
     claims: &[DistributedLockClaim],
+    locks: Option<&[DistributedLock]>,
     now: Timestamp,
 ) -> Explanation {
     let name = claim.name_any();
@@ -1011,7 +1024,7 @@ pub fn explain_claim(
         not_granted: "waiting",
         cannot_queue: format!("Claim {name} ({identity}) waits for lock {lock_name}"),
     };
-    explain_waiter(&who, lock_obj, lock_name, slots, &holding, pods, claims, now, notes)
+    explain_waiter(&who, lock_obj, lock_name, slots, &holding, pods, claims, locks, now, notes)
 }
 
 /// Why `pod`, which asks for a lock set (`leasehold.dev/locks`, [`lock_set`]), is (or is not)
@@ -1039,7 +1052,7 @@ pub fn explain_set(
     if set.is_empty() {
         let lock_name = pod.annotations().get(LOCK_ANNOTATION).map(|l| l.trim()).unwrap_or_default();
         let lock = find(lock_name);
-        return explain_slots(pod, lock, &slot_reads(&ns, lock_name, lock, leases), pods, claims, now);
+        return explain_slots(pod, lock, &slot_reads(&ns, lock_name, lock, leases), pods, claims, Some(locks), now);
     }
     let ann = |k: &str| pod.annotations().get(k).map(String::as_str);
     let recorded = |l: &str| ann(&lock_token_annotation(l)).and_then(parse_token);
@@ -1132,7 +1145,7 @@ pub fn explain_set(
                      of its set.",
                     h.token
                 );
-                let head = queue(&ns, l, &[], pods, claims).into_iter().next();
+                let head = queue(&ns, l, &[], pods, claims, Some(locks)).into_iter().next();
                 if whole.is_some() {
                     line.push_str(
                         " Its set is not served, so the operator takes this grant back (withdrawn on the pod first, \
@@ -1159,7 +1172,7 @@ pub fn explain_set(
                 let others: Vec<(u32, CurrentHolder)> =
                     holding.iter().filter(|(_, h)| h.uid.is_none() || h.uid != uid).cloned().collect();
                 let holder_uids: Vec<&str> = others.iter().filter_map(|(_, h)| h.uid.as_deref()).collect();
-                let q = queue(&ns, l, &holder_uids, pods, claims);
+                let q = queue(&ns, l, &holder_uids, pods, claims, Some(locks));
                 let again = withdrawn
                     .map(|t| {
                         format!(
@@ -1177,7 +1190,7 @@ pub fn explain_set(
                 };
                 let mut notes = vec![];
                 ready_notes(lock, &ns, &mut notes);
-                let e = explain_waiter(&who, lock, l, reads, &others, pods, claims, now, notes);
+                let e = explain_waiter(&who, lock, l, reads, &others, pods, claims, Some(locks), now, notes);
                 match q.iter().position(|c| c.kind == HolderKind::Pod && Some(&c.uid) == uid.as_ref()) {
                     Some(i) => (SetLockState::Waiting { position: i + 1, of: q.len(), withdrawn }, e.text),
                     None => (SetLockState::NotQueued, e.text),
@@ -1368,6 +1381,7 @@ fn explain_waiter(
     holding: &[(u32, CurrentHolder)],
     pods: &[Pod],
     claims: &[DistributedLockClaim],
+    locks: Option<&[DistributedLock]>,
     now: Timestamp,
     notes: Vec<String>,
 ) -> Explanation {
@@ -1375,7 +1389,7 @@ fn explain_waiter(
     let lease = slots.first().copied().unwrap_or(LeaseRead::Missing);
     let semaphore = lock.spec.max_holders;
     let holder_uids: Vec<&str> = holding.iter().filter_map(|(_, h)| h.uid.as_deref()).collect();
-    let queue = queue(&ns, lock_name, &holder_uids, pods, claims);
+    let queue = queue(&ns, lock_name, &holder_uids, pods, claims, locks);
     let Some(index) = queue.iter().position(|c| c.kind == who.kind && Some(c.uid.as_str()) == who.uid) else {
         // Not deleting, not terminal: always a waiter, unless the operator could not read it.
         let first = format!("{} but the operator cannot queue it (no uid or creationTimestamp).", who.cannot_queue);
@@ -1552,12 +1566,20 @@ async fn status_inner(args: StatusArgs) -> anyhow::Result<i32> {
         .await
         .with_context(|| format!("list DistributedLockClaims {where_}"))?
         .items;
+    // The queue leaves out pods whose lock set is not served, which takes every lock of the
+    // scope: one more LIST when only one lock was asked for and some pod has a set.
+    let all_locks = match &args.lock {
+        Some(_) if pods.iter().any(|p| !lock_set(p.annotations()).is_empty()) => {
+            locks_api.list(&ListParams::default()).await.context("list DistributedLocks")?.items
+        }
+        _ => locks.clone(),
+    };
     let now = Timestamp::now();
     let reports: Vec<LockReport> = locks
         .iter()
         .map(|l| {
             let slots = slot_reads(&l.namespace().unwrap_or_default(), &l.name_any(), Some(l), leases.as_deref());
-            lock_report_slots(l, &slots, &pods, &claims, now)
+            lock_report_slots(l, &slots, &pods, &claims, Some(&all_locks), now)
         })
         .collect();
     match args.output {
@@ -1631,9 +1653,22 @@ async fn why_inner(args: WhyArgs) -> anyhow::Result<i32> {
         }
     };
     let slots = slot_reads(&ns, lock_name.as_deref().unwrap_or_default(), lock.as_ref(), leases.as_deref());
+    // The queue leaves out pods whose lock set is not served: that takes the namespace's locks.
+    let ns_locks = match pods.iter().any(|p| !lock_set(p.annotations()).is_empty()) {
+        true => {
+            Api::<DistributedLock>::namespaced(client.clone(), &ns)
+                .list(&ListParams::default())
+                .await
+                .with_context(|| format!("list DistributedLocks in namespace {ns}"))?
+                .items
+        }
+        false => lock.iter().cloned().collect(),
+    };
     let explanation = match (&pod, &claim) {
-        (Some(pod), _) => explain_slots(pod, lock.as_ref(), &slots, &pods, &claims, Timestamp::now()),
-        (None, Some(claim)) => explain_claim(claim, lock.as_ref(), &slots, &pods, &claims, Timestamp::now()),
+        (Some(pod), _) => explain_slots(pod, lock.as_ref(), &slots, &pods, &claims, Some(&ns_locks), Timestamp::now()),
+        (None, Some(claim)) => {
+            explain_claim(claim, lock.as_ref(), &slots, &pods, &claims, Some(&ns_locks), Timestamp::now())
+        }
         (None, None) => unreachable!("answered above"),
     };
     println!("{}", explanation.text);
@@ -2040,7 +2075,7 @@ mod tests {
         // h1 granted but still gated: the slot Lease naming it keeps it out of the queue.
         pods.retain(|p| p.name_any() != "h1");
         pods.push(waiter("h1", 0));
-        let r = lock_report_slots(&lock, &slots(&lock, &leases), &pods, &claims, now());
+        let r = lock_report_slots(&lock, &slots(&lock, &leases), &pods, &claims, None, now());
         let holders: Vec<(u32, &str, i64, &str, Option<&str>)> = r
             .holders
             .iter()
@@ -2069,7 +2104,7 @@ mod tests {
     #[test]
     fn the_table_shows_a_semaphores_occupancy_and_a_row_per_slot() {
         let (lock, leases, pods, claims) = sem_world();
-        let r = lock_report_slots(&lock, &slots(&lock, &leases), &pods, &claims, now());
+        let r = lock_report_slots(&lock, &slots(&lock, &leases), &pods, &claims, None, now());
         let table = render_table(std::slice::from_ref(&r), false);
         let lines: Vec<&str> = table.lines().collect();
         assert!(lines[1].starts_with("l ") && lines[1].contains(" 2/2 holders "), "{table}");
@@ -2090,7 +2125,7 @@ mod tests {
     fn a_semaphore_holder_is_told_its_slot_token_and_lease() {
         let (lock, leases, pods, claims) = sem_world();
         let h1 = pods.iter().find(|p| p.name_any() == "h1").unwrap();
-        let e = explain_slots(h1, Some(&lock), &slots(&lock, &leases), &pods, &claims, now());
+        let e = explain_slots(h1, Some(&lock), &slots(&lock, &leases), &pods, &claims, None, now());
         assert_eq!(e.verdict, Verdict::HoldsSlot { lock: "l".into(), token: 5, slot: 1 });
         assert!(
             e.text.contains("holds lock l with fencing token 5 in slot 1 of 2 (Lease l-slot-1, granted 1m ago)"),
@@ -2105,14 +2140,14 @@ mod tests {
         let h1 = pods.iter().find(|p| p.name_any() == "h1").unwrap();
         let lost = Verdict::LostSlot { lock: "l".into(), token: 5, slot: 1 };
         leases[1] = slot_lease(1, Some(("w1", 6)));
-        let e = explain_slots(h1, Some(&lock), &slots(&lock, &leases), &pods, &claims, now());
+        let e = explain_slots(h1, Some(&lock), &slots(&lock, &leases), &pods, &claims, None, now());
         assert_eq!(e.verdict, lost);
         assert!(e.text.contains("fencing token 5 in slot 1, but its Lease l-slot-1 now names w1"), "{}", e.text);
         leases[1] = slot_lease(1, None);
-        let e = explain_slots(h1, Some(&lock), &slots(&lock, &leases), &pods, &claims, now());
+        let e = explain_slots(h1, Some(&lock), &slots(&lock, &leases), &pods, &claims, None, now());
         assert!(e.verdict == lost && e.text.contains("its Lease l-slot-1 now names nobody"), "{}", e.text);
         leases.truncate(1);
-        let e = explain_slots(h1, Some(&lock), &slots(&lock, &leases), &pods, &claims, now());
+        let e = explain_slots(h1, Some(&lock), &slots(&lock, &leases), &pods, &claims, None, now());
         assert!(e.verdict == lost && e.text.contains("its Lease l-slot-1 does not exist"), "{}", e.text);
     }
 
@@ -2120,7 +2155,7 @@ mod tests {
     fn a_semaphore_waiter_is_told_its_place_and_who_holds_every_slot() {
         let (lock, leases, pods, claims) = sem_world();
         let w2 = pods.iter().find(|p| p.name_any() == "w2").unwrap();
-        let e = explain_slots(w2, Some(&lock), &slots(&lock, &leases), &pods, &claims, now());
+        let e = explain_slots(w2, Some(&lock), &slots(&lock, &leases), &pods, &claims, None, now());
         assert_eq!(e.verdict, Verdict::Waiting { lock: "l".into(), position: 3 });
         assert!(
             e.text.contains(
@@ -2130,7 +2165,7 @@ mod tests {
             e.text
         );
         let w1 = pods.iter().find(|p| p.name_any() == "w1").unwrap();
-        let e = explain_slots(w1, Some(&lock), &slots(&lock, &leases), &pods, &claims, now());
+        let e = explain_slots(w1, Some(&lock), &slots(&lock, &leases), &pods, &claims, None, now());
         assert!(
             e.text.contains("position 1 of 3 in the queue: next to be granted when a slot is released"),
             "{}",
@@ -2146,12 +2181,12 @@ mod tests {
         pods.retain(|p| p.name_any() != "h1");
         let lock = sem_lock(2, &[("h0", 4, 0)]);
         let w1 = pods.iter().find(|p| p.name_any() == "w1").unwrap();
-        let e = explain_slots(w1, Some(&lock), &slots(&lock, &leases), &pods, &claims, now());
+        let e = explain_slots(w1, Some(&lock), &slots(&lock, &leases), &pods, &claims, None, now());
         assert!(e.text.contains("a semaphore with 1 of its 2 slots held: slot 0 by pod h0 (token 4)"), "{}", e.text);
         assert!(e.text.contains("next to be granted (waiting"), "{}", e.text);
         assert!(e.text.contains("A slot is free, so the operator grants it on its next step"), "{}", e.text);
         let w2 = pods.iter().find(|p| p.name_any() == "w2").unwrap();
-        let e = explain_slots(w2, Some(&lock), &slots(&lock, &leases), &pods, &claims, now());
+        let e = explain_slots(w2, Some(&lock), &slots(&lock, &leases), &pods, &claims, None, now());
         assert!(!e.text.contains("A slot is free"), "only the first waiter takes the one free slot: {}", e.text);
     }
 
@@ -2159,7 +2194,7 @@ mod tests {
     fn a_claim_is_explained_like_a_pod() {
         let (lock, mut leases, pods, mut claims) = sem_world();
         let cl = claims[0].clone();
-        let e = explain_claim(&cl, Some(&lock), &slots(&lock, &leases), &pods, &claims, now());
+        let e = explain_claim(&cl, Some(&lock), &slots(&lock, &leases), &pods, &claims, None, now());
         assert_eq!(e.verdict, Verdict::Waiting { lock: "l".into(), position: 2 });
         assert!(
             e.text.starts_with("Claim cl (laptop) waits for lock l, a semaphore whose 2 slots are all held"),
@@ -2172,7 +2207,7 @@ mod tests {
         claims[0] = held.clone();
         leases[1] = claim_lease(1, "cl", "laptop", 6);
         let pods: Vec<Pod> = pods.into_iter().filter(|p| p.name_any() != "h1").collect();
-        let e = explain_claim(&held, Some(&lock), &slots(&lock, &leases), &pods, &claims, now());
+        let e = explain_claim(&held, Some(&lock), &slots(&lock, &leases), &pods, &claims, None, now());
         assert_eq!(e.verdict, Verdict::HoldsSlot { lock: "l".into(), token: 6, slot: 1 });
         assert!(
             e.text.contains("Claim cl (laptop) holds lock l with fencing token 6 in slot 1 of 2 (Lease l-slot-1"),
@@ -2181,17 +2216,17 @@ mod tests {
         );
         assert!(e.text.contains("no renewal for 15 s"), "{}", e.text);
         let w1 = pods.iter().find(|p| p.name_any() == "w1").unwrap();
-        let e = explain_slots(w1, Some(&lock), &slots(&lock, &leases), &pods, &claims, now());
+        let e = explain_slots(w1, Some(&lock), &slots(&lock, &leases), &pods, &claims, None, now());
         assert!(e.text.contains("slot 1 by claim holder laptop (token 6)"), "{}", e.text);
         // Its slot Lease moved on.
         leases[1] = slot_lease(1, Some(("w1", 7)));
-        let e = explain_claim(&held, Some(&lock), &slots(&lock, &leases), &pods, &claims, now());
+        let e = explain_claim(&held, Some(&lock), &slots(&lock, &leases), &pods, &claims, None, now());
         assert_eq!(e.verdict, Verdict::LostSlot { lock: "l".into(), token: 6, slot: 1 });
         assert!(e.text.contains("but its Lease l-slot-1 now names w1"), "{}", e.text);
         // Rejected: done.
         let mut rejected = claim("r", "ci", 1);
         rejected.status = Some(serde_json::from_value(json!({"phase": "Rejected", "reason": "LockBusy"})).unwrap());
-        let e = explain_claim(&rejected, Some(&lock), &slots(&lock, &leases), &pods, &claims, now());
+        let e = explain_claim(&rejected, Some(&lock), &slots(&lock, &leases), &pods, &claims, None, now());
         assert_eq!(e.verdict, Verdict::Done);
         assert!(e.text.contains("Claim r (ci) gave up waiting for lock l (LockBusy"), "{}", e.text);
     }
@@ -2201,7 +2236,7 @@ mod tests {
         let (lock, _, pods, claims) = sem_world();
         let forbidden = slot_reads(NS, "l", Some(&lock), None);
         assert_eq!(forbidden.len(), 2);
-        let r = lock_report_slots(&lock, &forbidden, &pods, &claims, now());
+        let r = lock_report_slots(&lock, &forbidden, &pods, &claims, None, now());
         let holders: Vec<(u32, &str, Option<&str>)> =
             r.holders.iter().map(|h| (h.slot, h.name.as_str(), h.kind.as_deref())).collect();
         assert_eq!(holders, [(0, "h0", None), (1, "h1", None)]);
@@ -2209,7 +2244,7 @@ mod tests {
         let table = render_table(&[r], false);
         assert!(table.contains("<forbidden>"), "{table}");
         let w1 = pods.iter().find(|p| p.name_any() == "w1").unwrap();
-        let e = explain_slots(w1, Some(&lock), &forbidden, &pods, &claims, now());
+        let e = explain_slots(w1, Some(&lock), &forbidden, &pods, &claims, None, now());
         assert!(e.text.contains("slot 1 by pod h1 (token 5)"), "{}", e.text);
         assert!(e.text.contains("Leases of lock l could not be read, 403 Forbidden"), "{}", e.text);
     }
@@ -2291,6 +2326,26 @@ mod tests {
         v.metadata.annotations.as_mut().unwrap().insert(LOCK_ANNOTATION.into(), "a".into());
         let pods = vec![set_pod("m", 10, "a, b", &[("a", 4)], true), single_holder("h", "b", 3), w, v];
         (locks, leases, pods)
+    }
+
+    /// The queue leaves out what the operator leaves out: a gated pod wanting {b, x} with x
+    /// missing (and nothing of b recorded) is not ahead of w in b's queue, nor counted in it.
+    #[test]
+    fn queue_positions_skip_pods_whose_set_is_not_served() {
+        let (locks, leases, mut pods) = set_world();
+        pods.push(set_pod("unserved", 5, "b,x", &[], true));
+        let q = |locks: Option<&[DistributedLock]>| -> Vec<String> {
+            queue("ns", "b", &["uid-h"], &pods, &[], locks).into_iter().map(|c| c.name).collect()
+        };
+        assert_eq!(q(Some(&locks)), ["m", "w"]);
+        assert_eq!(q(None), ["unserved", "m", "w"], "without the locks nobody is left out");
+        // Once x exists, it is served, and first.
+        let mut with_x = locks.clone();
+        with_x.push(set_lock("x", None));
+        assert_eq!(q(Some(&with_x)), ["unserved", "m", "w"]);
+        // w's explanation counts the same queue.
+        let e = set_why("w", &locks, Some(&leases), &pods);
+        assert!(matches!(e.verdict, Verdict::Waiting { position: 2, .. }), "{e:?}");
     }
 
     #[test]
