@@ -346,6 +346,14 @@ async fn why_explains_a_multi_lock_pod_lock_by_lock() {
         "{v}"
     );
 
+    // status marks the tentative holder, and b's queue positions count v after m.
+    let table = leasehold_ok(&ns, &["status", "-n", &ns.ns]);
+    let row_a = table.lines().find(|l| l.starts_with("a ")).unwrap_or_default();
+    assert!(row_a.contains("m (reserved)"), "{table}");
+    let doc: serde_json::Value =
+        serde_json::from_str(&leasehold_ok(&ns, &["status", "a", "-o", "json", "-n", &ns.ns])).expect("status -o json");
+    assert_eq!(doc["locks"][0]["holder"]["tentative"], true, "{doc}");
+
     // b freed: m gets it and runs with both.
     ns.kubectl(&["delete", "pod", "hb", "--wait=false"]);
     let m = wait_pod(&ns, "m", "ungated", |p| !is_gated(p)).await;

@@ -132,6 +132,11 @@ pub struct HolderReport {
     /// Seconds since `since`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub held_seconds: Option<i64>,
+    /// A tentative grant: the holder is a multi-lock pod that is still gated, waiting for the
+    /// other locks of its set (`docs/multi-lock.md`); the lock serves nobody else meanwhile, and
+    /// the grant may be taken back. The table shows `<name> (reserved)`.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub tentative: bool,
 }
 
 /// The Lease backing a lock, the source of truth for who holds it.
@@ -367,11 +372,20 @@ pub fn lock_report_slots(
         },
         None => ReadyReport { status: "Unknown".into(), reason: None, message: None },
     };
+    let reserved_for = |holder: &str| {
+        pods.iter().any(|p| {
+            p.name_any() == holder
+                && p.namespace().as_deref() == Some(ns.as_str())
+                && is_gated(p)
+                && lock_set(p.annotations()).contains(&name)
+        })
+    };
     let holder = status.holder.as_ref().map(|h| HolderReport {
         name: h.name.clone(),
         token: h.token,
         since: h.since.as_ref().map(|t| rfc3339(t.0)),
         held_seconds: h.since.as_ref().map(|t| seconds_since(t.0, now)),
+        tentative: reserved_for(&h.name),
     });
     let lease_report = lease.lease().map(|l| {
         let view = lease::view(l);
@@ -448,7 +462,7 @@ pub fn render_table(reports: &[LockReport], namespaces: bool) -> String {
             // A semaphore: its occupancy here, each holder in the SLOT table below.
             (_, Some(max)) => (format!("{}/{max} holders", r.holders.len()), "-".into(), "-".into(), "-".into()),
             (Some(h), None) => (
-                h.name.clone(),
+                if h.tentative { format!("{} (reserved)", h.name) } else { h.name.clone() },
                 h.token.to_string(),
                 h.since.clone().unwrap_or_else(|| "-".into()),
                 h.held_seconds.map(age).unwrap_or_else(|| "-".into()),
@@ -2326,6 +2340,23 @@ mod tests {
         v.metadata.annotations.as_mut().unwrap().insert(LOCK_ANNOTATION.into(), "a".into());
         let pods = vec![set_pod("m", 10, "a, b", &[("a", 4)], true), single_holder("h", "b", 3), w, v];
         (locks, leases, pods)
+    }
+
+    /// `leasehold status` marks a lock reserved for a gated multi-lock pod as tentative.
+    #[test]
+    fn status_shows_a_tentative_holder_as_reserved() {
+        let (locks, leases, pods) = set_world();
+        let report = |i: usize| {
+            let slots = [LeaseRead::Found(&leases[i])];
+            lock_report_slots(&locks[i], &slots, &pods, &[], Some(&locks), now())
+        };
+        let (a, b) = (report(0), report(1));
+        assert!(a.holder.as_ref().is_some_and(|h| h.name == "m" && h.tentative), "{:?}", a.holder);
+        assert!(b.holder.as_ref().is_some_and(|h| h.name == "h" && !h.tentative), "{:?}", b.holder);
+        let table = render_table(&[a.clone(), b], false);
+        assert!(table.lines().any(|l| l.starts_with("a ") && l.contains("m (reserved)")), "{table}");
+        assert!(table.lines().any(|l| l.starts_with("b ") && !l.contains("reserved")), "{table}");
+        assert_eq!(serde_json::to_value(&a).unwrap()["holder"]["tentative"], json!(true));
     }
 
     /// The queue leaves out what the operator leaves out: a gated pod wanting {b, x} with x
