@@ -265,6 +265,18 @@ async fn invalid_specs_are_rejected_by_the_api_server_with_a_clear_message() {
         assert_eq!(s.code, 422, "{s:?}");
         assert!(s.message.contains(expect), "message {:?} should contain {expect:?}", s.message);
     }
+    // A name longer than 63 characters could never be served (it is the label value on the
+    // lock's Lease): refused; 63 is fine.
+    let long: DistributedLock = serde_json::from_value(json!({
+        "apiVersion": "leasehold.dev/v1alpha1", "kind": "DistributedLock",
+        "metadata": {"name": "k".repeat(64)}, "spec": {},
+    }))
+    .unwrap();
+    let err = locks.create(&PostParams::default(), &long).await.expect_err("a 64-character name must be rejected");
+    let kube::Error::Api(s) = err else { panic!("expected API error") };
+    assert_eq!(s.code, 422, "{s:?}");
+    assert!(s.message.contains("name is at most 63 characters"), "{:?}", s.message);
+    ns.create_lock(&"k".repeat(63), json!({})).await;
     // `spec: {}` is valid and defaulted by the API server.
     let ok = ns.create_lock("ok", json!({})).await;
     assert_eq!(ok.spec.lease_duration_seconds, 15);

@@ -322,6 +322,29 @@ async fn the_singleton_cronjob_example_applies_as_it_is_and_its_runs_get_the_loc
     ns.cleanup().await;
 }
 
+/// A workload whose lock set names a lock that cannot exist (an invalid name) still gets the
+/// claim in its pod template, so its runs wait at the gate instead of running unlocked, and a
+/// Warning Event `LockNotCreated` on the workload says why.
+#[tokio::test]
+async fn a_lock_that_cannot_be_created_still_gates_the_workload_and_says_why() {
+    let mut ns = TestNs::new("cronbadname").await;
+    ns.start_operator(&[]);
+    let ann = json!({"leasehold.dev/locks": "db writer,bucket"});
+    ns.api::<CronJob>().create(&PostParams::default(), &cronjob("bad", ann, "1s")).await.unwrap();
+    wait_until("the lock set in the CronJob's pod template", WAIT, || async {
+        template_annotations(&ns, "bad").await.get(LOCKS_ANNOTATION).map(String::as_str) == Some("db writer,bucket")
+    })
+    .await;
+    let event = ns.wait_event("CronJob", "LockNotCreated").await;
+    assert!(event.note.unwrap_or_default().contains("db writer"));
+    ns.kubectl(&["create", "job", "run-0", "--from=cronjob/bad"]);
+    let run = wait_job_pod(&ns, "run-0", "created", |_| true).await;
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let run = wait_pod(&ns, &run.name_any(), "still there", |_| true).await;
+    assert!(is_gated(&run), "a run of a workload whose lock cannot exist waits at the gate");
+    ns.cleanup().await;
+}
+
 /// The CronJob's pod-template annotations.
 async fn template_annotations(ns: &TestNs, name: &str) -> std::collections::BTreeMap<String, String> {
     let cj = ns.api::<CronJob>().get(name).await.unwrap();

@@ -57,6 +57,11 @@ const FOREIGN_LEASE_RECHECK: Duration = Duration::from_secs(60);
 /// long a lock can sit on a missed event (a watch relist does not report the objects deleted in
 /// between; the relist itself also triggers every lock, see `controller::trigger_locks`).
 const RESYNC: Duration = Duration::from_secs(300);
+/// Longest lock name the operator serves: the name is the value of the `leasehold.dev/lock` label
+/// on the lock's Lease, and a label value is at most 63 characters (Kubernetes, "Labels and
+/// Selectors", syntax). The CRD refuses longer names.
+pub const MAX_LOCK_NAME: usize = 63;
+
 /// How many waiters `status.waiters` lists.
 const STATUS_WAITERS: usize = 10;
 
@@ -83,6 +88,19 @@ async fn reconcile_lock(lock: Arc<DistributedLock>, ctx: Arc<Context>, started: 
         let message = format!("namespace {ns} is being deleted: nothing is granted in it any more");
         let waiters = waiters_of(&candidates_of(&ctx, &ns, &name));
         report_not_ready(&lock_api, &lock, &ctx, reason::NAMESPACE_TERMINATING, &message, Some(&waiters)).await?;
+        return Ok(Action::await_change());
+    }
+    if name.len() > MAX_LOCK_NAME {
+        // Its Lease could never be created (the label value would be refused): every try would
+        // reserve tokens and fail. The CRD refuses such names; this lock predates that rule.
+        let message = format!(
+            "the lock's name is {} characters long, more than {MAX_LOCK_NAME}: it is the value of the leasehold.dev/lock \
+             label on its Lease, and a label value is at most 63 characters. Nothing is granted: create the lock again \
+             under a shorter name",
+            name.len()
+        );
+        let waiters = waiters_of(&candidates_of(&ctx, &ns, &name));
+        report_not_ready(&lock_api, &lock, &ctx, reason::INVALID_NAME, &message, Some(&waiters)).await?;
         return Ok(Action::await_change());
     }
     let mut lock = (*lock).clone();
@@ -282,10 +300,17 @@ async fn reconcile_lock(lock: Arc<DistributedLock>, ctx: Arc<Context>, started: 
                     _ if unserved => {
                         let set = ctx.pods.get(&ObjectRef::new(&g.name).within(&ns)).map(|p| lock_set(p.annotations()));
                         let why = set.and_then(|set| lock_set_unservable(&ctx.locks, &ns, &set));
-                        format!("its lock set is not served any more ({})", why.unwrap_or_else(|| "changed".into()))
+                        format!(
+                            "because its lock set is not served any more ({})",
+                            why.unwrap_or_else(|| "changed".into())
+                        )
                     }
-                    Some(head) => format!("for {}, an older waiter", head.name),
-                    None => "for an older waiter".into(),
+                    Some(head) => format!(
+                        "for {}, which comes first in the queue order every lock uses (older, or created in the same \
+                         second with a name that sorts first)",
+                        head.name
+                    ),
+                    None => "for a waiter that comes first in the queue order".into(),
                 };
                 snapshot.absorb_candidate(record_on_pod(&ctx, &ns, &lock, &g, PodRecord::Withdrawn { why }).await?);
             }

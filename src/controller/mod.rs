@@ -160,6 +160,11 @@ impl Context {
         note: String,
         action: &str,
     ) {
+        // The API server refuses a note over 1024 characters (and with it the Event).
+        let note = match note.char_indices().nth(1021) {
+            Some((cut, _)) => format!("{}...", &note[..cut]),
+            None => note,
+        };
         let ev = Event { type_, reason: reason.into(), note: Some(note), action: action.into(), secondary: related };
         let published = match type_ {
             EventType::Normal => {

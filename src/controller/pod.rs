@@ -17,7 +17,7 @@ use kube::{Resource, ResourceExt};
 use super::{Context, lock_of, pod_ref};
 use crate::crd::{DistributedLock, DistributedLockClaim};
 use crate::lock::policy::{self, MAX_WAIT_ANNOTATION, ON_BUSY_ANNOTATION};
-use crate::lock::{LOCK_ANNOTATION, LOCKS_ANNOTATION, TOKEN_ANNOTATION, lock_of_token_annotation, lock_set};
+use crate::lock::{LOCKS_ANNOTATION, TOKEN_ANNOTATION, lock_of_token_annotation, lock_set};
 
 /// The pod checks' context.
 pub struct PodContext {
@@ -103,11 +103,8 @@ async fn check_set(pod: &Pod, set: &[String], pctx: &PodContext) {
         None => pctx.forget_warning(&uid, "LockSetNotServed"),
     }
     let ann = |k: &str| pod.annotations().get(k).map(String::as_str);
-    let ignored = [
-        (LOCK_ANNOTATION, "IgnoredLock"),
-        (ON_BUSY_ANNOTATION, "IgnoredOnBusy"),
-        (MAX_WAIT_ANNOTATION, "IgnoredMaxWait"),
-    ];
+    // (The lock `leasehold.dev/lock` names joins the set: `lock_set`.)
+    let ignored = [(ON_BUSY_ANNOTATION, "IgnoredOnBusy"), (MAX_WAIT_ANNOTATION, "IgnoredMaxWait")];
     for (key, reason) in ignored {
         if ann(key).is_some() && ann(crate::lock::GRANTED_LOCK_ANNOTATION).is_none() && warn(reason) {
             let note = format!(

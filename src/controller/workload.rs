@@ -203,23 +203,28 @@ pub async fn reconcile<W: Workload>(obj: Arc<W>, ctx: Arc<Context>) -> Result<Ac
         return Ok(Action::await_change());
     };
 
-    // The locks: each created if missing (owned by the workload only when it is its own lock).
+    // The locks: each created if missing (owned by the workload only when it is its own lock). A
+    // lock that cannot be created (an invalid name) is said in a Warning Event on the workload,
+    // and the claim still goes into the pod template, so that its pods wait at the gate (fail
+    // closed); the reconcile then fails and is retried.
     let mut held = Vec::new();
+    let (mut failed, mut raced) = (None, false);
     for lock in claim.locks() {
         let own = claim.own && lock == claim.lock;
-        match ensure_lock(&ctx, &locks, obj.as_ref(), &lock, own).await? {
-            Some(l) => held.push(l),
-            None => return Ok(Action::requeue(Duration::from_millis(200))),
+        match ensure_lock(&ctx, &locks, obj.as_ref(), &lock, own).await {
+            Ok(Some(l)) => held.push(l),
+            Ok(None) => raced = true,
+            Err(e) => {
+                let note = format!(
+                    "could not create DistributedLock {lock} for {} {name}: {e}; its pods wait at the gate until a lock \
+                     of that name exists (fix the annotation to name a valid lock: at most 63 characters, lowercase \
+                     letters, digits, '-' and '.')",
+                    W::KIND
+                );
+                ctx.event(&obj.object_ref(&()), EventType::Warning, "LockNotCreated", note, "Create").await;
+                failed = Some(e);
+            }
         }
-    }
-    if claim.set.is_some() && !claim.policy.is_empty() {
-        let note = format!(
-            "{} {name} asks for a lock set ({LOCKS_ANNOTATION}): its busy policy ({}) is not copied into the pod \
-             template, as busy policies are not served with lock sets; its pods wait until they hold every lock",
-            W::KIND,
-            claim.policy.iter().map(|(k, v)| format!("{k}: {v}")).collect::<Vec<_>>().join(", ")
-        );
-        ctx.event(&obj.object_ref(&()), EventType::Warning, "PolicyIgnored", note, "Claim").await;
     }
 
     // The claim in the pod template.
@@ -233,6 +238,23 @@ pub async fn reconcile<W: Workload>(obj: Arc<W>, ctx: Arc<Context>) -> Result<Ac
         "spec": W::spec_with_template(template),
     });
     call("apply claim to workload", api.patch(&name, &pp, &Patch::Apply(&apply))).await?;
+    if raced {
+        // Another writer created a lock at the same moment: read it on the next pass.
+        return Ok(Action::requeue(Duration::from_millis(200)));
+    }
+
+    if claim.set.is_some() && !claim.policy.is_empty() {
+        let note = format!(
+            "{} {name} asks for a lock set ({LOCKS_ANNOTATION}): its busy policy ({}) is not copied into the pod \
+             template, as busy policies are not served with lock sets; its pods wait until they hold every lock",
+            W::KIND,
+            claim.policy.iter().map(|(k, v)| format!("{k}: {v}")).collect::<Vec<_>>().join(", ")
+        );
+        ctx.event(&obj.object_ref(&()), EventType::Warning, "PolicyIgnored", note, "Claim").await;
+    }
+    if let Some(e) = failed {
+        return Err(e);
+    }
 
     // Deadlocks this controller can see coming.
     let deadlock = obj.deadlock();

@@ -20,6 +20,10 @@ pub mod reason {
     pub const TOKEN_EXHAUSTED: &str = "TokenExhausted";
     /// The lock's namespace is being deleted: nothing is granted in it any more.
     pub const NAMESPACE_TERMINATING: &str = "NamespaceTerminating";
+    /// The lock's name is longer than 63 characters (the CRD refuses such names; one created
+    /// before that rule cannot be served): its Lease's `leasehold.dev/lock` label could not hold
+    /// it.
+    pub const INVALID_NAME: &str = "InvalidName";
     /// A write failed; the message says which.
     pub const RECONCILE_ERROR: &str = "ReconcileError";
     /// The API server denied a write with 403 Forbidden (RBAC, or an admission policy); the

@@ -30,7 +30,8 @@ pub const DEFAULT_NODE_LOSS_TIMEOUT_SECONDS: i32 = 300;
     printcolumn = r#"{"name":"Holders","type":"string","jsonPath":".status.occupancy","description":"A semaphore's holders out of spec.maxHolders, e.g. 2/2"}"#,
     printcolumn = r#"{"name":"Waiting","type":"integer","jsonPath":".status.waiting","description":"Number of waiters in the queue"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status","priority":1}"#,
-    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
+    validation = Rule::new("size(self.metadata.name) <= 63").message("a DistributedLock's name is at most 63 characters: it is the value of the leasehold.dev/lock label on the lock's Lease, and a label value is at most 63 characters")
 )]
 // No `deny_unknown_fields` (here and on the claim): fields this version does not know are
 // ignored when reading, not refused, so an object written under a newer CRD (an upgrade, then a

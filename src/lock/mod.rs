@@ -67,16 +67,24 @@ pub fn is_per_lock_annotation(key: &str) -> bool {
 
 /// The lock set of a pod from its annotations: the names in `leasehold.dev/locks` and every lock
 /// a per-lock token annotation is recorded for (a pod granted a lock stays that lock's candidate
-/// even if someone edits the list), sorted, without repeats. Empty for a pod that asks for one
-/// lock (`leasehold.dev/lock`) or none.
+/// even if someone edits the list), plus, when there is any of those, the lock
+/// `leasehold.dev/lock` names (a pod that names a lock never runs without it, whatever else it
+/// asks for), sorted, without repeats. Empty for a pod that asks for one lock
+/// (`leasehold.dev/lock` alone) or none.
 pub fn lock_set<'a>(annotations: impl IntoIterator<Item = (&'a String, &'a String)>) -> Vec<String> {
     let mut set = std::collections::BTreeSet::new();
+    let mut single = None;
     for (k, v) in annotations {
         if k == LOCKS_ANNOTATION {
             set.extend(v.split(',').map(str::trim).filter(|l| !l.is_empty()).map(String::from));
         } else if let Some(l) = lock_of_token_annotation(k) {
             set.insert(l.to_string());
+        } else if k == LOCK_ANNOTATION {
+            single = Some(v.trim()).filter(|l| !l.is_empty());
         }
+    }
+    if let Some(l) = single.filter(|_| !set.is_empty()) {
+        set.insert(l.to_string());
     }
     set.into_iter().collect()
 }
@@ -96,6 +104,10 @@ mod tests {
         // A token recorded for a lock the list no longer names keeps that lock in the set.
         let a = ann(&[(LOCKS_ANNOTATION, "db"), ("old.locks.leasehold.dev/fencing-token", "4")]);
         assert_eq!(lock_set(&a), ["db", "old"]);
+        // The lock leasehold.dev/lock names joins a set (a pod edited from a set to one lock keeps
+        // the lock it was reserved and waits for the one it names).
+        let a = ann(&[(LOCK_ANNOTATION, " ec "), ("ea.locks.leasehold.dev/fencing-token", "1")]);
+        assert_eq!(lock_set(&a), ["ea", "ec"]);
         // A single-lock pod has no set; withdrawn records alone add nothing.
         let a = ann(&[(LOCK_ANNOTATION, "db"), ("x.locks.leasehold.dev/withdrawn", "3")]);
         assert!(lock_set(&a).is_empty());
