@@ -322,6 +322,36 @@ async fn the_singleton_cronjob_example_applies_as_it_is_and_its_runs_get_the_loc
     ns.cleanup().await;
 }
 
+/// `examples/lock-set-cronjob.yaml` works as it is: applied with the operator running, its
+/// template gets the set (its own lock first), the two shared locks are created (not owned), and
+/// a manual run's pod (whose downward API volume reads the per-lock token annotations) is granted
+/// all three locks, each with its token.
+#[tokio::test]
+async fn the_lock_set_cronjob_example_applies_as_it_is_and_its_runs_get_every_lock() {
+    let mut ns = TestNs::new("example-set").await;
+    ns.start_operator(&[]);
+    let example = crate::support::repo().join("examples/lock-set-cronjob.yaml");
+    ns.kubectl(&["apply", "-f", example.to_str().unwrap()]);
+    ns.kubectl(&["patch", "cronjob", "export", "--type=merge", "-p", r#"{"spec":{"suspend":true}}"#]);
+    wait_until("the lock set in the CronJob's pod template", WAIT, || async {
+        template_annotations(&ns, "export").await.get(LOCKS_ANNOTATION).map(String::as_str)
+            == Some("export,db-writer,bucket-writer")
+    })
+    .await;
+    let locks = ns.api::<DistributedLock>();
+    for shared in ["db-writer", "bucket-writer"] {
+        let l = locks.get(shared).await.unwrap_or_else(|e| panic!("{shared} created: {e}"));
+        assert!(l.owner_references().is_empty(), "{shared} is shared, not owned");
+    }
+    ns.kubectl(&["create", "job", "first-run", "--from=cronjob/export"]);
+    let pod = wait_job_pod(&ns, "first-run", "granted", |p| !is_gated(p)).await;
+    for lock in ["export", "db-writer", "bucket-writer"] {
+        let token = pod.annotations().get(&lock_token_annotation(lock)).and_then(|t| t.parse::<i64>().ok());
+        assert_eq!(token, Some(1), "the first run holds {lock} with token 1: {:?}", pod.annotations());
+    }
+    ns.cleanup().await;
+}
+
 /// A workload whose lock set names a lock that cannot exist (an invalid name) still gets the
 /// claim in its pod template, so its runs wait at the gate instead of running unlocked, and a
 /// Warning Event `LockNotCreated` on the workload says why.
