@@ -23,7 +23,10 @@
 //!   one rejected while it ran keeps running until the kubelet has stopped it. Ground truth "its
 //!   work runs" = ungated and not finished. A granted pod may never start (nothing forces
 //!   `PodStarts`): the start timeout deletes it, gracefully (it may start at the edge).
-//! - **Claims and their holder process**: learns its grant, renews the Lease (owner-verified),
+//! - **Claims and their holder process**: learns its grant from its claim's status or from the
+//!   Lease that names it (whichever it sees first; the Lease is written one write earlier), or
+//!   gives up once it sees its claim rejected or gone (then it never acts on a grant), renews the
+//!   Lease (owner-verified),
 //!   gives up `renewDeadline` after the start of its last successful renewal, can be paused
 //!   (SIGSTOP) past its deadline, can have its claim deleted under it; a per-claim busy policy.
 //! - **Third parties**: the Lease deleted, or edited to name a waiter with a plausible UID and
@@ -156,6 +159,11 @@ enum Bug {
     /// from when it learned the grant (a watch event that may come late), not from its claim's
     /// creation.
     HolderClockFromLearning,
+    /// The conversion reads a rejected claim as a pod (as if `leasehold.dev/holder-kind` were
+    /// lost with the rejection): a Lease naming it is released at once as a failed pod's would
+    /// be, although its process may hold the grant it learned from the Lease before it saw the
+    /// rejection (a stale operator's rejection that landed after the grant).
+    RejectedClaimAsPod,
     /// The conversion drops a holder's slot (`leasehold.dev/slot`, claim `status.slot`): every
     /// holder looks like slot 0's, so slot 1 takes its own holder for gone and grants again.
     IgnoreSlot,
@@ -340,8 +348,11 @@ struct ClaimProc {
     /// Start of its last successful renewal (seconds).
     last_renew: u8,
     paused: bool,
-    /// It saw a grant once (a claim is used for one grant).
+    /// It saw a grant, or gave up, once (a claim is used for one grant).
     done: bool,
+    /// The token of its claim's grant as handed (I2), by the status patch or by its process
+    /// learning it from the Lease, whichever came first: the other hands nothing new.
+    handed: Option<i64>,
     /// The slot whose Lease it renews (from its claim's status when it learned the grant).
     slot: u8,
 }
@@ -444,9 +455,14 @@ enum Action {
     NodeLost(usize),
     /// The kubelet stopped the containers of a pod the operator marked Failed while they ran.
     PodStopped(usize),
-    /// The claim's process sees its grant: within the renew deadline of its claim's creation it
-    /// holds at once (its deadline counted from that creation), later only after a first renewal.
-    ClaimLearns(usize),
+    /// The claim's process sees its grant, from its claim's status (`None`) or from slot `k`'s
+    /// Lease naming it (`Some(k)`; the holder watches both, issue 12: the Lease is written one
+    /// write before the status): within the renew deadline of its claim's creation it holds at
+    /// once (its deadline counted from that creation), later only after a first renewal.
+    ClaimLearns(usize, Option<usize>),
+    /// The claim's process sees its claim rejected or gone before it saw a grant, and gives up
+    /// (`HolderError::Busy`, `Rejected`, `ClaimDeleted`): it never acts on a grant afterwards.
+    ClaimGivesUp(usize),
     /// The claim's process renews (owner-verified compare-and-swap on the Lease).
     ClaimRenews(usize),
     ClaimPaused(usize),
@@ -617,8 +633,9 @@ fn snapshot(view: &View, fresh_reservation: Option<i64>, cfg: &Config) -> Snapsh
             (false, Some(_)) => Phase::Running,
             (false, None) => Phase::Pending,
         };
+        let kind = if cfg.bug == Some(Bug::RejectedClaimAsPod) && c.rejected { HolderKind::Pod } else { HolderKind::Claim };
         candidates.push(Candidate {
-            kind: HolderKind::Claim,
+            kind,
             name: CLAIM_NAMES[i].into(),
             identity: CLAIM_NAMES[i].into(),
             uid: c.uid.clone(),
@@ -962,7 +979,9 @@ impl World {
                 if new_grant && c.rejected {
                     self.broken.get_or_insert(REJECTED_THEN_GRANTED);
                 }
-                if new_grant {
+                // Its process may have learned this grant from the Lease already (handed then).
+                if new_grant && self.procs[i].handed != Some(g.token) {
+                    self.procs[i].handed = Some(g.token);
                     self.hand(view.lock.uid, g.slot as u8, g.token);
                     if view.lock.uid > 0 {
                         self.events |= GRANTED_AFTER_RECREATE;
@@ -981,6 +1000,12 @@ impl World {
             Kind::Pods => c.pods != a.pods,
             Kind::Claims => c.claims != a.claims,
         }
+    }
+
+    /// Slot `k`'s Lease names claim `i` (holderIdentity and holder-uid) as its holder.
+    fn lease_names_claim(&self, k: usize, i: usize) -> bool {
+        let uid = format!("{}-0", CLAIM_NAMES[i]);
+        self.api.leases[k].as_ref().and_then(|l| l.holder.as_ref()).is_some_and(|(n, u, _)| n == CLAIM_NAMES[i] && *u == uid)
     }
 
     /// Renewal by claim `i`'s process: succeeds while the Lease names it.
@@ -1081,7 +1106,10 @@ impl World {
                     .flatten()
                     .any(|p| !p.node_lost && (p.deleting || p.phase == PodPhase::FailedStopping))
                 || self.procs.iter().enumerate().any(|(i, p)| {
-                    p.paused || (!p.done && self.api.claims[i].as_ref().is_some_and(|c| c.token.is_some()))
+                    p.paused
+                        || (!p.done
+                            && (self.api.claims[i].as_ref().is_none_or(|c| c.token.is_some() || c.rejected)
+                                || (0..self.api.leases.len()).any(|k| self.lease_names_claim(k, i))))
                 });
         let settled = !env_owes
             && self.ops.iter().all(|o| o.session.is_none() && o.cache == self.api)
@@ -1168,8 +1196,16 @@ impl Model for LockModel {
         }
         for (i, proc_) in w.procs.iter().enumerate() {
             let claim = w.api.claims[i].as_ref();
-            if !proc_.done && claim.is_some_and(|c| c.token.is_some()) && !proc_.paused {
-                out.push(Action::ClaimLearns(i));
+            if !proc_.done && !proc_.paused {
+                if claim.is_some_and(|c| c.token.is_some()) {
+                    out.push(Action::ClaimLearns(i, None));
+                }
+                for k in (0..w.api.leases.len()).filter(|k| w.lease_names_claim(*k, i)) {
+                    out.push(Action::ClaimLearns(i, Some(k)));
+                }
+                if claim.is_none_or(|c| c.rejected && c.token.is_none()) {
+                    out.push(Action::ClaimGivesUp(i));
+                }
             }
             if proc_.holding.is_some() && !proc_.paused {
                 out.push(Action::ClaimRenews(i));
@@ -1268,10 +1304,28 @@ impl Model for LockModel {
                 let p = w.api.pods[i].as_mut()?;
                 (p.node_lost, p.rv) = (true, rv);
             }
-            Action::ClaimLearns(i) => {
-                let claim = w.api.claims[i].as_ref()?;
-                let token = claim.token?;
-                w.procs[i].slot = claim.slot;
+            Action::ClaimGivesUp(i) => w.procs[i].done = true,
+            Action::ClaimLearns(i, from) => {
+                let (token, slot) = match from {
+                    None => {
+                        let claim = w.api.claims[i].as_ref()?;
+                        (claim.token?, claim.slot)
+                    }
+                    Some(k) => {
+                        // `holder::Holder::wait_for_grant`: a Lease of the lock (label
+                        // `leasehold.dev/lock`) whose holderIdentity and holder-uid name the claim;
+                        // the token is the Lease's, the slot the Lease's.
+                        let lease = w.api.leases[k].as_ref()?;
+                        let token = lease.token;
+                        // Handed now if no status patch recorded it before (I2 checks it here).
+                        if w.procs[i].handed != Some(token) {
+                            w.procs[i].handed = Some(token);
+                            w.hand(lease.owner, k as u8, token);
+                        }
+                        (token, k as u8)
+                    }
+                };
+                w.procs[i].slot = slot;
                 w.procs[i].done = true;
                 let start = w.now;
                 // `LockGuard::start`: the claim's create (time 0: every modelled claim exists from
@@ -1669,6 +1723,31 @@ fn a_planted_bug_semaphore_ignoring_the_slot_is_caught() {
 fn a_planted_bug_holder_clock_from_learning_is_caught() {
     let cfg = Config { pods: 0, claims: 2, max_time: 4, restarts: 0, faults: 0, ..Config::BASE };
     planted_violates(Bug::HolderClockFromLearning, cfg, 12, I1);
+}
+
+/// The checker can fail I1 once a claim's process may learn its grant from the Lease (issue 12):
+/// an operator whose caches lag rejects the skip claim that another operator has just granted
+/// in the Lease (the rejection's precondition is the claim's resourceVersion, which the Lease
+/// write did not change); the process saw the Lease first and holds. Released at once as if it
+/// were a failed pod, the lock goes to the next waiter beside it. The product keeps a Lease that
+/// names a claim (rejected, deleted or not) until its holder stops renewing.
+#[test]
+fn a_planted_bug_rejected_claim_released_at_once_is_caught() {
+    let cfg = Config {
+        pods: 1,
+        claims: 2,
+        operators: 2,
+        max_time: 0,
+        faults: 0,
+        restarts: 0,
+        start_held: true,
+        claim_policy: [Policy::SKIP, Policy::WAIT],
+        ..Config::BASE
+    };
+    let cfg = Config { bug: Some(Bug::RejectedClaimAsPod), ..cfg };
+    let checker = checking::run_until_counterexample("planted RejectedClaimAsPod", LockModel { cfg }, 14, I1);
+    let t = trace(&checker, I1).expect("the checker must find the double holder the planted bug allows");
+    eprintln!("counterexample found, as it must be:\n{t}");
 }
 
 /// Runs `cfg` with `bug` planted and asserts the checker finds a counterexample to `property`.

@@ -36,3 +36,36 @@ where
     );
     checker
 }
+
+/// Runs `model`'s checker depth first (two threads) to `depth` (or `LEASEHOLD_MODEL_DEPTH`
+/// instead, plus `LEASEHOLD_MODEL_EXTRA_DEPTH`) and stops at the first counterexample to
+/// `property`: for a planted bug whose counterexample lies deeper than a breadth-first run fits
+/// in memory (a depth-first run keeps one path and the fingerprints it visited, not a whole
+/// frontier). Its trace is a path, not the shortest one. Prints the same report line as [`run`].
+pub fn run_until_counterexample<M>(label: &str, model: M, depth: usize, property: &'static str) -> impl Checker<M> + use<M>
+where
+    M: Model + Send + Sync + 'static,
+    M::State: Hash + Send + Sync + Clone + PartialEq + 'static,
+    M::Action: Clone + PartialEq,
+{
+    let depth = env_usize("LEASEHOLD_MODEL_DEPTH", depth + env_usize("LEASEHOLD_MODEL_EXTRA_DEPTH", 0));
+    let states = env_usize("LEASEHOLD_MODEL_STATES", 50_000_000);
+    let started = Instant::now();
+    let checker = model
+        .checker()
+        .threads(2)
+        .target_max_depth(depth)
+        .target_state_count(states)
+        .finish_when(stateright::HasDiscoveries::AnyOf([property].into()))
+        .spawn_dfs()
+        .join();
+    let _ = writeln!(
+        std::io::stderr(),
+        "{label}: {} states ({} unique), depth {} (bound {depth}), {:.1} s, depth first until {property}",
+        checker.state_count(),
+        checker.unique_state_count(),
+        checker.max_depth(),
+        started.elapsed().as_secs_f64()
+    );
+    checker
+}
