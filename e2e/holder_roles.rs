@@ -164,9 +164,10 @@ async fn a_service_account_bound_only_to_the_holder_role_holds_locks() {
     guard.release().await.expect("release");
     wait_released(&ns, "l").await;
 
-    // (c) Nothing beyond that: the Lease only by read and compare-and-swap (update, or patch
-    // with the grant's resourceVersion, which gives no more than update: what a holder may change
-    // in a Lease is the chart's Lease policy's business), not listed, created or deleted; locks
+    // (c) Nothing beyond that: the Lease only by read, watch (the wait for the grant) and
+    // compare-and-swap (update, or patch with the grant's resourceVersion, which gives no more
+    // than update: what a holder may change in a Lease is the chart's Lease policy's business),
+    // not listed, created or deleted; locks
     // not created, changed, deleted or listed; no claim status (it would grant itself); no pods.
     let leases: Api<Lease> = Api::namespaced(runner.clone(), &ns.ns);
     let pp = PatchParams::default();

@@ -18,8 +18,9 @@
 //! ```
 //!
 //! How it works: [`Holder::acquire`] creates a `DistributedLockClaim` (it joins the same FIFO
-//! queue as gated pods) and watches it until the operator writes the grant's fencing token into
-//! its status. From then on the holder must **renew**: every `renew_period` (after a failure:
+//! queue as gated pods) and watches the lock's Leases and the claim until the operator's grant
+//! names the claim in a Lease (with the fencing token) or writes it into the claim's status,
+//! whichever it sees first (the Lease is written first). From then on the holder must **renew**: every `renew_period` (after a failure:
 //! every `retry_period`) it compare-and-swaps the Lease's `renewTime`, if the Lease still names
 //! it; one PUT, from the Lease its last write returned (a GET first only after a 409). The operator takes the lock back when it
 //! has not seen a renewal for `leaseDurationSeconds` on its own monotonic clock.
@@ -45,13 +46,13 @@ use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions, WatchEvent, WatchParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use tokio::sync::watch;
 
 use crate::crd::{ClaimPhase, DistributedLock, DistributedLockClaim, DistributedLockClaimSpec, OnBusy};
-use crate::lock::{HOLDER_KIND_ANNOTATION, HOLDER_UID_ANNOTATION};
+use crate::lock::{HOLDER_KIND_ANNOTATION, HOLDER_UID_ANNOTATION, TOKEN_ANNOTATION};
 
 /// Why a holder call failed.
 #[derive(Debug, thiserror::Error)]
@@ -279,27 +280,114 @@ impl Holder {
             claims,
             claim_name: claim.name_any(),
             claim_uid: claim.uid().unwrap_or_default(),
+            claim_rv: claim.resource_version().unwrap_or_default(),
             lease_duration,
             timings,
             queued,
         })
     }
 
-    /// Waits for claim `name` to be granted; returns its token, its slot (the claim's
-    /// `status.slot`; absent: 0), the name of the Lease that
-    /// records the grant (the claim's `status.leaseName`: `<lock>-slot-<k>` for slot k of a
-    /// semaphore; absent, as written before semaphores: the Lease named like the lock), and that
-    /// Lease's resourceVersion as the grant wrote it (`status.leaseResourceVersion`), if given.
+    /// Waits for claim `name` (UID `uid`) to be granted; returns its token, its slot, the name of
+    /// the Lease that records the grant (`<lock>-slot-<k>` for slot k of a semaphore, the lock's
+    /// own name for slot 0) and that Lease's resourceVersion as the grant wrote it, if known.
+    ///
+    /// Two watches run side by side (issue 12: the handover is one write and one watch delivery
+    /// shorter this way):
+    /// - the lock's own Lease (by name): the operator's grant is the Lease write
+    ///   that names this claim (holderIdentity and `leasehold.dev/holder-uid`) with its token, and
+    ///   that write is the commit point; the claim's status is patched one write later;
+    /// - the claim: its status says `Granted` (the grant, when the Lease watch is slower or not
+    ///   allowed: a holder role from before this watch, 403), `Rejected` or `Expired`, and its
+    ///   deletion ends the wait.
+    ///
+    /// Whichever answer comes first is the answer. A rejection that lands after the grant (an
+    /// operator whose cache lagged) is not seen: the operator keeps a Lease that names a claim,
+    /// rejected or not, until its holder stops renewing (`lock::grant`), so acting on the grant is
+    /// safe; the model checker explores both orders (`tests/model.rs`, `ClaimLearns`,
+    /// `ClaimGivesUp`, `Bug::RejectedClaimAsPod`).
     async fn wait_for_grant(
         &self,
         claims: &Api<DistributedLockClaim>,
         name: &str,
+        uid: &str,
+        created_rv: &str,
     ) -> Result<(i64, u32, String, Option<String>), HolderError> {
-        let cfg = watcher::Config::default().fields(&format!("metadata.name={name}"));
-        let mut events = watcher(claims.clone(), cfg).default_backoff().boxed();
-        // Whether the current (re)list returned the claim: a list without it means it is gone.
-        let mut listed = false;
-        while let Some(ev) = events.next().await {
+        use futures::future::ready;
+        // The claim: one WATCH from the version its create returned (every change after the
+        // create, no list). Should that watch fail or end (410 Gone, the server's timeout), the
+        // watcher takes over (list, then watch) with the checks below.
+        let by_name = format!("metadata.name={name}");
+        let raw = claims.watch(&WatchParams::default().fields(&by_name), created_rv).await.ok();
+        let mut listed = raw.is_some();
+        let raw = futures::stream::iter(raw)
+            .flatten()
+            .take_while(|e| {
+                ready(matches!(
+                    e,
+                    Ok(WatchEvent::Added(_)
+                        | WatchEvent::Modified(_)
+                        | WatchEvent::Deleted(_)
+                        | WatchEvent::Bookmark(_))
+                ))
+            })
+            .filter_map(|e| {
+                ready(match e {
+                    Ok(WatchEvent::Added(c) | WatchEvent::Modified(c)) => Some(Ok(watcher::Event::Apply(c))),
+                    Ok(WatchEvent::Deleted(c)) => Some(Ok(watcher::Event::Delete(c))),
+                    _ => None,
+                })
+            });
+        let fallback = watcher(claims.clone(), watcher::Config::default().fields(&by_name)).default_backoff();
+        let mut claim_events = raw.chain(fallback).boxed();
+        // The lock's own Lease (slot 0): one WATCH from version "0" (the Lease from the API
+        // server's watch cache, then every change). Only a shortcut: if it fails or ends, the
+        // claim's status still brings the grant, one write later; so does it for a grant in a
+        // semaphore's other slots. By name, not by the label every slot's Lease has: a label
+        // selector made the API server match every Lease change against every waiter's watch
+        // (the closed-loop throughput fell by a sixth with 2,000 waiters, README "Performance").
+        let leases: Api<Lease> = Api::namespaced(self.client.clone(), &self.namespace);
+        let by_lock = WatchParams::default().fields(&format!("metadata.name={}", self.lock));
+        let mut lease_events = match leases.watch(&by_lock, "0").await {
+            Ok(s) => Some(s.boxed()),
+            Err(e) => {
+                // 403: a holder role without list/watch on Leases (from before 2026-12-03).
+                tracing::debug!(error = %e, "no Lease watch: waiting on the claim only");
+                None
+            }
+        };
+        loop {
+            let next_lease = async {
+                match lease_events.as_mut() {
+                    Some(s) => s.next().await,
+                    None => std::future::pending().await,
+                }
+            };
+            let ev = tokio::select! {
+                ev = claim_events.next() => match ev {
+                    Some(ev) => ev,
+                    None => return Err(HolderError::Rejected("claim watch ended".into())),
+                },
+                ev = next_lease => {
+                    match ev {
+                        Some(Ok(WatchEvent::Added(l) | WatchEvent::Modified(l))) => {
+                            if let Some(grant) = grant_in(&l, &self.lock, &self.identity, uid) {
+                                return Ok(grant);
+                            }
+                        }
+                        Some(Ok(WatchEvent::Deleted(_) | WatchEvent::Bookmark(_))) => {}
+                        Some(Ok(WatchEvent::Error(e))) => {
+                            tracing::debug!(error = %e, "Lease watch ended: waiting on the claim only");
+                            lease_events = None;
+                        }
+                        Some(Err(e)) => {
+                            tracing::debug!(error = %e, "Lease watch failed: waiting on the claim only");
+                            lease_events = None;
+                        }
+                        None => lease_events = None,
+                    }
+                    continue;
+                }
+            };
             let ev = match ev {
                 Ok(ev) => ev,
                 Err(watcher::Error::InitialListFailed(e) | watcher::Error::WatchStartFailed(e)) if is_forbidden(&e) => {
@@ -338,8 +426,22 @@ impl Holder {
                 });
             }
         }
-        Err(HolderError::Rejected("claim watch ended".into()))
     }
+}
+
+/// The grant that `lease`, a Lease of the lock named `lock`, records for the claim with UID
+/// `claim_uid` and `spec.identity` `identity`: (fencing token, slot, Lease name, its
+/// resourceVersion). `None` for a Lease that names someone else, a Lease whose name is no slot's
+/// of this lock (`lease::slot_lease_name`), or one whose token annotation is missing or
+/// unreadable (the claim's status then brings the grant).
+fn grant_in(lease: &Lease, lock: &str, identity: &str, claim_uid: &str) -> Option<(i64, u32, String, Option<String>)> {
+    if !names_us(lease, identity, claim_uid) {
+        return None;
+    }
+    let name = lease.name_any();
+    let slot = if name == lock { 0 } else { crate::lease::slot_of_lease_name(lock, &name)? };
+    let token = crate::lock::fencing::parse_token(lease.annotations().get(TOKEN_ANNOTATION)?)?;
+    Some((token, slot, name, lease.resource_version()))
 }
 
 /// A place in a lock's queue (a `DistributedLockClaim`), from [`Holder::enqueue`].
@@ -348,6 +450,8 @@ pub struct Ticket {
     claims: Api<DistributedLockClaim>,
     claim_name: String,
     claim_uid: String,
+    /// The claim's resourceVersion as its create returned it: the wait watches from there.
+    claim_rv: String,
     lease_duration: Duration,
     timings: Resolved,
     /// When the claim's create was sent (this process's monotonic clock).
@@ -381,7 +485,7 @@ impl Ticket {
     /// [`HolderError::WaitTimeout`], [`HolderError::Busy`] (skip policy), [`HolderError::Rejected`],
     /// [`HolderError::NotHolder`], [`HolderError::Kube`].
     pub async fn wait(&self, timeout: Option<Duration>) -> Result<LockGuard, HolderError> {
-        let wait = self.holder.wait_for_grant(&self.claims, &self.claim_name);
+        let wait = self.holder.wait_for_grant(&self.claims, &self.claim_name, &self.claim_uid, &self.claim_rv);
         let (token, slot, lease_name, lease_rv) = match timeout {
             Some(t) => tokio::time::timeout(t, wait)
                 .await
@@ -870,6 +974,36 @@ async fn renew_loop(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn lease(name: &str, holder: &str, uid: &str, token: &str) -> Lease {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "resourceVersion": "42", "annotations": {
+                HOLDER_UID_ANNOTATION: uid, HOLDER_KIND_ANNOTATION: "Claim", TOKEN_ANNOTATION: token}},
+            "spec": {"holderIdentity": holder}
+        }))
+        .unwrap()
+    }
+
+    /// The wait for the grant reads it from a Lease only when the Lease names this claim (identity
+    /// and UID), is one of this lock's slots, and carries a valid token.
+    #[test]
+    fn a_grant_is_read_from_a_lease_only_when_it_names_the_claim_with_a_token() {
+        let rv = Some("42".to_string());
+        assert_eq!(grant_in(&lease("db", "me", "u1", "7"), "db", "me", "u1"), Some((7, 0, "db".into(), rv.clone())));
+        assert_eq!(
+            grant_in(&lease("db-slot-2", "me", "u1", "9"), "db", "me", "u1"),
+            Some((9, 2, "db-slot-2".into(), rv))
+        );
+        // Someone else, or the same identity under another claim (an earlier run's).
+        assert_eq!(grant_in(&lease("db", "you", "u1", "7"), "db", "me", "u1"), None);
+        assert_eq!(grant_in(&lease("db", "me", "u0", "7"), "db", "me", "u1"), None);
+        // Not a slot of this lock (the label is on it, the name is not a slot's).
+        assert_eq!(grant_in(&lease("db-slot-02", "me", "u1", "7"), "db", "me", "u1"), None);
+        assert_eq!(grant_in(&lease("other", "me", "u1", "7"), "db", "me", "u1"), None);
+        // No usable token: the claim's status brings the grant instead.
+        assert_eq!(grant_in(&lease("db", "me", "u1", "x"), "db", "me", "u1"), None);
+        assert_eq!(grant_in(&lease("db", "me", "u1", "0"), "db", "me", "u1"), None);
+    }
 
     #[test]
     fn default_timings_follow_client_go_ratios_and_renew_every_third_of_the_lease() {

@@ -633,7 +633,8 @@ fn snapshot(view: &View, fresh_reservation: Option<i64>, cfg: &Config) -> Snapsh
             (false, Some(_)) => Phase::Running,
             (false, None) => Phase::Pending,
         };
-        let kind = if cfg.bug == Some(Bug::RejectedClaimAsPod) && c.rejected { HolderKind::Pod } else { HolderKind::Claim };
+        let kind =
+            if cfg.bug == Some(Bug::RejectedClaimAsPod) && c.rejected { HolderKind::Pod } else { HolderKind::Claim };
         candidates.push(Candidate {
             kind,
             name: CLAIM_NAMES[i].into(),
@@ -1005,7 +1006,10 @@ impl World {
     /// Slot `k`'s Lease names claim `i` (holderIdentity and holder-uid) as its holder.
     fn lease_names_claim(&self, k: usize, i: usize) -> bool {
         let uid = format!("{}-0", CLAIM_NAMES[i]);
-        self.api.leases[k].as_ref().and_then(|l| l.holder.as_ref()).is_some_and(|(n, u, _)| n == CLAIM_NAMES[i] && *u == uid)
+        self.api.leases[k]
+            .as_ref()
+            .and_then(|l| l.holder.as_ref())
+            .is_some_and(|(n, u, _)| n == CLAIM_NAMES[i] && *u == uid)
     }
 
     /// Renewal by claim `i`'s process: succeeds while the Lease names it.
@@ -1097,20 +1101,19 @@ impl World {
         if stuck.is_empty() {
             return stuck;
         }
-        let env_owes =
-            self.api.leases.iter().flatten().any(|l| l.owner != self.api.lock.uid)
-                || self
-                    .api
-                    .pods
-                    .iter()
-                    .flatten()
-                    .any(|p| !p.node_lost && (p.deleting || p.phase == PodPhase::FailedStopping))
-                || self.procs.iter().enumerate().any(|(i, p)| {
-                    p.paused
-                        || (!p.done
-                            && (self.api.claims[i].as_ref().is_none_or(|c| c.token.is_some() || c.rejected)
-                                || (0..self.api.leases.len()).any(|k| self.lease_names_claim(k, i))))
-                });
+        let env_owes = self.api.leases.iter().flatten().any(|l| l.owner != self.api.lock.uid)
+            || self
+                .api
+                .pods
+                .iter()
+                .flatten()
+                .any(|p| !p.node_lost && (p.deleting || p.phase == PodPhase::FailedStopping))
+            || self.procs.iter().enumerate().any(|(i, p)| {
+                p.paused
+                    || (!p.done
+                        && (self.api.claims[i].as_ref().is_none_or(|c| c.token.is_some() || c.rejected)
+                            || (0..self.api.leases.len()).any(|k| self.lease_names_claim(k, i))))
+            });
         let settled = !env_owes
             && self.ops.iter().all(|o| o.session.is_none() && o.cache == self.api)
             && (0..self.ops.len()).all(|n| {

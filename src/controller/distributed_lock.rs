@@ -157,6 +157,8 @@ async fn reconcile_lock(lock: Arc<DistributedLock>, ctx: Arc<Context>, started: 
         slot_tokens: vec![],
         fresh_reservation: None,
     };
+    // Whether this reconcile has re-read a Lease after a 409 (once per reconcile).
+    let mut reread = false;
     for _ in 0..MAX_STEPS {
         // Observe: the cached objects, overridden by what this reconcile's writes returned.
         let status = lock.status.clone().unwrap_or_default();
@@ -228,9 +230,25 @@ async fn reconcile_lock(lock: Arc<DistributedLock>, ctx: Arc<Context>, started: 
                     ctx.failpoint("stop-before-lease-handover");
                 }
                 let observed = leases[slot as usize].as_ref().ok_or(Error::MissingField("Lease"))?;
-                let written = lease::update(&lease_api, &lock, observed, holder.as_ref(), floor)
-                    .await
-                    .inspect_err(|e| count_conflict(&ctx.metrics, e))?;
+                let written = match lease::update(&lease_api, &lock, observed, holder.as_ref(), floor).await {
+                    Ok(w) => w,
+                    Err(e) if e.is_conflict() && !reread => {
+                        // The cache lagged behind the Lease (a holder released it right after
+                        // the watch event that woke us, or our own last write is not cached
+                        // yet): read it and decide again now, instead of 200 ms later. Safe: a
+                        // fresher view of one object (the model's caches catch up per kind at
+                        // any time), and the next write is again a compare-and-swap.
+                        count_conflict(&ctx.metrics, &e);
+                        reread = true;
+                        let lease_name = observed.name_any();
+                        leases[slot as usize] = call("get Lease", lease_api.get_opt(&lease_name)).await?;
+                        continue;
+                    }
+                    Err(e) => {
+                        count_conflict(&ctx.metrics, &e);
+                        return Err(e);
+                    }
+                };
                 leases[slot as usize] = Some(written);
                 // A claim whose grant this write took back shows `Expired` before the next
                 // holder's claim shows `Granted`, so no two claims show `Granted` at once (issue

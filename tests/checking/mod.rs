@@ -42,7 +42,13 @@ where
 /// `property`: for a planted bug whose counterexample lies deeper than a breadth-first run fits
 /// in memory (a depth-first run keeps one path and the fingerprints it visited, not a whole
 /// frontier). Its trace is a path, not the shortest one. Prints the same report line as [`run`].
-pub fn run_until_counterexample<M>(label: &str, model: M, depth: usize, property: &'static str) -> impl Checker<M> + use<M>
+#[allow(dead_code)] // tests/model.rs uses it; tests/multilock.rs shares this module and does not
+pub fn run_until_counterexample<M>(
+    label: &str,
+    model: M,
+    depth: usize,
+    property: &'static str,
+) -> impl Checker<M> + use<M>
 where
     M: Model + Send + Sync + 'static,
     M::State: Hash + Send + Sync + Clone + PartialEq + 'static,
