@@ -53,9 +53,17 @@ const TOKEN_FIELD_MANAGER: &str = "leasehold.dev/tokens";
 const MAX_STEPS: usize = 8;
 /// How often a lock whose Lease belongs to someone else looks again (that Lease is not watched).
 const FOREIGN_LEASE_RECHECK: Duration = Duration::from_secs(60);
-/// How often an idle lock is reconciled even when no watch event names it: the bound on how
-/// long a lock can sit on a missed event (a watch relist does not report the objects deleted in
-/// between; the relist itself also triggers every lock, see `controller::trigger_locks`).
+/// How often a lock with a holder or a candidate is reconciled even when no watch event names
+/// it: the bound on how long such a lock can sit on a missed event (a watch relist does not
+/// report the objects deleted in between; the relist itself also triggers every lock with a
+/// Lease, see `controller::trigger_locks`).
+///
+/// A lock with no holder in any slot, no candidate and no timer waits for a change instead
+/// (`Action::await_change`): what could wake it is a new waiter (a pod or claim naming it, which
+/// a relist reports as present and maps to the lock), its own spec, or its Lease (watched); none
+/// of these is a deletion a relist could hide. It saves a pending requeue per idle lock in
+/// kube-runtime's scheduler (0.8 KiB each, 7.9 MiB at 10,000 locks in the heap profile of
+/// `benches/results/2026-12-02-a82d5ac-held-heap-profile.md`).
 const RESYNC: Duration = Duration::from_secs(300);
 /// Longest lock name the operator serves: the name is the value of the `leasehold.dev/lock` label
 /// on the lock's Lease, and a label value is at most 63 characters (Kubernetes, "Labels and
@@ -186,7 +194,16 @@ async fn reconcile_lock(lock: Arc<DistributedLock>, ctx: Arc<Context>, started: 
                 return Ok(Action::await_change());
             }
         };
-        ctx.clocks.lock().unwrap_or_else(|e| e.into_inner()).insert(lock_uid.clone(), step.clocks);
+        {
+            // An idle lock's clocks are empty: keep no entry for it (10,000 idle locks cost
+            // 2.4 MiB of entries otherwise, README "Performance").
+            let mut all = ctx.clocks.lock().unwrap_or_else(|e| e.into_inner());
+            if step.clocks.is_empty() {
+                all.remove(&lock_uid);
+            } else {
+                all.insert(lock_uid.clone(), step.clocks);
+            }
+        }
         let (plan, slot, all_holders) = (step.plan, step.slot, step.holders);
         if leases.len() <= slot as usize {
             leases.resize(slot as usize + 1, None);
@@ -387,7 +404,12 @@ async fn reconcile_lock(lock: Arc<DistributedLock>, ctx: Arc<Context>, started: 
                 announce_waiters(&ctx, &ns, &lock, plan.holder.as_ref(), &snapshot.candidates).await;
                 let timeout = requeue_after.map(|d| d + Duration::from_millis(50));
                 let next = [timeout, status_due, set_recheck].into_iter().flatten().min();
-                return Ok(Action::requeue(next.unwrap_or(RESYNC)));
+                let idle = all_holders.is_empty() && snapshot.candidates.is_empty();
+                return Ok(match next {
+                    Some(after) => Action::requeue(after),
+                    None if idle => Action::await_change(),
+                    None => Action::requeue(RESYNC),
+                });
             }
         }
         // The decision's write was answered (failures returned above): the operator can write.

@@ -92,6 +92,8 @@ pub struct DistributedLockClaimStatus {
     /// The semaphore slot of the grant (set with `Granted`; absent or 0: slot 0, the only slot of
     /// a single-holder lock). The operator reads it back to know which slot the claim holds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    // `format: int32`: the API server does not know schemars' `uint32` and warns on apply.
+    #[schemars(extend("format" = "int32"))]
     pub slot: Option<u32>,
     /// The Lease that records the grant and that the holder renews (set with `Granted`): the
     /// lock's own Lease for slot 0, `<lock>-slot-<k>` for slot k of a semaphore. Absent (a grant

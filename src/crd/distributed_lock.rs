@@ -171,6 +171,8 @@ pub struct SlotHolderStatus {
     pub token: i64,
     /// The slot (0 ..= 99) whose Lease records the grant: slot 0 is the Lease named like the lock,
     /// slot k >= 1 the Lease `<lock>-slot-<k>`.
+    // `format: int32`: the API server does not know schemars' `uint32` and warns on apply.
+    #[schemars(extend("format" = "int32"))]
     pub slot: u32,
 }
 

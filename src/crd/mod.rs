@@ -39,3 +39,38 @@ pub fn crds_yaml() -> Result<String, serde_saphyr::SerializeError> {
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every `format` in the schemas is one the API server knows (k8s.io/kube-openapi
+    /// `pkg/validation/strfmt` and the OpenAPI integer and number formats): an unknown one, such
+    /// as schemars' `uint32`, makes `kubectl apply` of the CRD print `Warning: unrecognized
+    /// format`.
+    #[test]
+    fn every_schema_format_is_one_the_api_server_knows() {
+        fn formats(v: &serde_json::Value, path: &str, out: &mut Vec<(String, String)>) {
+            match v {
+                serde_json::Value::Object(m) => {
+                    for (k, v) in m {
+                        match (k.as_str(), v) {
+                            ("format", serde_json::Value::String(f)) => out.push((path.to_string(), f.clone())),
+                            _ => formats(v, &format!("{path}.{k}"), out),
+                        }
+                    }
+                }
+                serde_json::Value::Array(a) => a.iter().for_each(|v| formats(v, path, out)),
+                _ => {}
+            }
+        }
+        let known = ["int32", "int64", "float", "double", "byte", "date", "date-time", "duration"];
+        let mut found = vec![];
+        for crd in all_crds() {
+            formats(&serde_json::to_value(&crd.spec.versions).unwrap(), &crd.spec.names.kind, &mut found);
+        }
+        assert!(found.iter().any(|(_, f)| f == "int64"), "the walk must see the schemas' formats: {found:?}");
+        let unknown: Vec<_> = found.iter().filter(|(_, f)| !known.contains(&f.as_str())).collect();
+        assert!(unknown.is_empty(), "formats the API server does not know: {unknown:?}");
+    }
+}

@@ -108,6 +108,14 @@ pub struct Clocks {
     waiting_since: BTreeMap<String, Duration>,
 }
 
+impl Clocks {
+    /// Whether these clocks time nothing: no holder, no lost node, no waiter. A caller may forget
+    /// such clocks and pass [`Clocks::default`] next time: the next [`step`] decides the same.
+    pub fn is_empty(&self) -> bool {
+        self.waiting_since.is_empty() && self.slots.values().all(|s| *s == SlotClocks::default())
+    }
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 struct SlotClocks {
     /// The holder being timed, if the slot's Lease names one that is among the candidates.
@@ -588,6 +596,29 @@ mod tests {
         let later = step(&snapshot("r1"), secs(200), &Clocks::default()).unwrap();
         assert!(matches!(later.plan.decision, Decision::Idle { .. }), "fresh clocks must not expire at once");
         assert_ne!(s.clocks, Clocks::default());
+    }
+
+    /// The controller forgets clocks that time nothing (an idle lock keeps no entry): they must be
+    /// empty only when forgetting them cannot change a later decision.
+    #[test]
+    fn clocks_are_empty_only_when_they_time_nothing() {
+        let held = step(&snapshot("r1"), secs(100), &Clocks::default()).unwrap();
+        assert!(!held.clocks.is_empty(), "a renewing claim holder and a waiter are timed");
+        let mut free = snapshot("r1");
+        free.lease.as_mut().unwrap().holder = None;
+        free.candidates.clear();
+        let idle = step(&free, secs(100), &held.clocks).unwrap();
+        assert!(matches!(idle.plan.decision, Decision::Idle { requeue_after: None }));
+        assert!(idle.clocks.is_empty(), "a free lock with no candidate times nothing: {:?}", idle.clocks);
+        assert_eq!(
+            step(&free, secs(200), &Clocks::default()).unwrap().plan,
+            step(&free, secs(200), &idle.clocks).unwrap().plan
+        );
+        let mut waiting = free.clone();
+        waiting.lease.as_mut().unwrap().holder =
+            Some(Holder { name: "a".into(), uid: Some("uid-a".into()), kind: HolderKind::Claim });
+        waiting.candidates = vec![claim("a", 1, Some(4))];
+        assert!(!step(&waiting, secs(100), &Clocks::default()).unwrap().clocks.is_empty());
     }
 
     #[test]
