@@ -86,8 +86,14 @@ fn remove_annotations(obj: &mut Value) -> bool {
 /// The strategic merge patch that ungates a pod: deletes the `leasehold.dev/lock` entry of
 /// `spec.schedulingGates` (a list merged by `name`) and the pod's `leasehold.dev/lock` and
 /// `leasehold.dev/locks` annotations, with the pod's resourceVersion as precondition (a concurrent change fails the
-/// patch with 409 instead of being overwritten). `None` if the pod is not gated by Leasehold.
+/// patch with 409 instead of being overwritten). `None` if the pod is not gated by Leasehold, or
+/// is already over (`status.phase` `Failed` or `Succeeded`, as a waiter the operator failed for
+/// `max-wait` or `on-busy: fail`): such a pod never starts, gated or not.
 pub fn ungate_patch(pod: &Pod) -> Option<Value> {
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    if matches!(phase, Some("Failed" | "Succeeded")) {
+        return None;
+    }
     let gates = pod.spec.as_ref()?.scheduling_gates.as_ref()?;
     gates.iter().any(|g| g.name == SCHEDULING_GATE).then(|| {
         serde_json::json!({
@@ -249,5 +255,10 @@ mod tests {
         let ungated: Pod =
             serde_json::from_value(json!({"metadata": {"name": "q"}, "spec": {"containers": []}})).unwrap();
         assert!(ungate_patch(&ungated).is_none());
+        let mut failed = pod.clone();
+        failed.status = Some(serde_json::from_value(json!({"phase": "Failed", "reason": "LockWaitTimeout"})).unwrap());
+        assert!(ungate_patch(&failed).is_none(), "a failed waiter never starts: nothing to ungate");
+        failed.status = Some(serde_json::from_value(json!({"phase": "Pending"})).unwrap());
+        assert!(ungate_patch(&failed).is_some());
     }
 }
