@@ -146,6 +146,33 @@ async fn pod_naming_a_missing_lock_waits_with_a_warning_and_is_granted_once_it_e
     ns.cleanup().await;
 }
 
+/// A pod that waits at the gate but names no lock (a blank `leasehold.dev/locks`, which the
+/// chart's policies would refuse; these tests run the operator without them) can never be
+/// ungated: it gets one Warning Event saying so, and a pod that names a lock beside it does not.
+#[tokio::test]
+async fn a_gated_pod_that_names_no_lock_is_told_so() {
+    let mut ns = TestNs::new("nolock").await;
+    ns.create_lock("l", json!({})).await;
+    ns.start_operator(&[]);
+    let mut blank = gated_pod("blank", "l", "1s");
+    let ann = blank.metadata.annotations.as_mut().unwrap();
+    ann.remove(leasehold::lock::LOCK_ANNOTATION);
+    ann.insert(leasehold::lock::LOCKS_ANNOTATION.into(), " , ".into());
+    ns.create_pod(blank).await;
+    ns.create_gated_pod("named", "l", "1s").await;
+    let e = ns.wait_event("Pod", "InvalidAnnotation").await;
+    assert_eq!(e.type_.as_deref(), Some("Warning"));
+    assert_eq!(e.regarding.as_ref().and_then(|r| r.name.as_deref()), Some("blank"));
+    let note = e.note.unwrap_or_default();
+    assert!(note.contains("names no lock") && note.contains("nothing will remove the gate"), "{note}");
+    wait_pod(&ns, "named", "granted", |p| !is_gated(p)).await;
+    let events = ns.api::<Event>().list(&ListParams::default()).await.unwrap().items;
+    let invalid: Vec<_> = events.iter().filter(|e| e.reason.as_deref() == Some("InvalidAnnotation")).collect();
+    assert_eq!(invalid.len(), 1, "one warning, for the pod that names no lock: {invalid:?}");
+    assert!(is_gated(&ns.api().get("blank").await.unwrap()));
+    ns.cleanup().await;
+}
+
 /// A claim made by hand (not by `leasehold lock`, which refuses a missing lock) for a lock that
 /// does not exist yet gets a `LockNotFound` Warning Event, waits, and is granted once the lock
 /// is created.

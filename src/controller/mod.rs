@@ -233,6 +233,15 @@ pub fn asks_for_a_lock(pod: &Pod) -> bool {
     lock_of(pod).is_some() || !lock_set(pod.annotations()).is_empty()
 }
 
+/// Whether the pod waits at Leasehold's scheduling gate (`leasehold.dev/lock` in
+/// `spec.schedulingGates`), whatever it asks for.
+pub fn has_leasehold_gate(pod: &Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.scheduling_gates.as_ref())
+        .is_some_and(|g| g.iter().any(|g| g.name == crate::lock::SCHEDULING_GATE))
+}
+
 /// Sends a reconcile trigger for every lock that has a Lease in the cache, or only for those in
 /// namespace `only` when given. Used when a watch has re-listed (a relist replaces the cache
 /// without reporting the objects deleted in between, so a lock whose holder vanished then would
@@ -288,7 +297,7 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
                 for r in locks_of(p) {
                     let _ = tx.unbounded_send(r);
                 }
-                if asks_for_a_lock(p) {
+                if asks_for_a_lock(p) || has_leasehold_gate(p) {
                     let _ = pod_tx.unbounded_send(pod::PodEvent::Seen(Arc::new(p.clone())));
                 }
             }
@@ -296,7 +305,7 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
                 for r in locks_of(p) {
                     let _ = tx.unbounded_send(r);
                 }
-                if asks_for_a_lock(p) {
+                if asks_for_a_lock(p) || has_leasehold_gate(p) {
                     let _ = pod_tx.unbounded_send(pod::PodEvent::Gone(p.uid().unwrap_or_default()));
                 }
             }

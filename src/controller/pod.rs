@@ -127,6 +127,25 @@ async fn check_set(pod: &Pod, set: &[String], pctx: &PodContext) {
     }
 }
 
+/// A pod that waits at Leasehold's scheduling gate but names no lock (no `leasehold.dev/lock`,
+/// and `leasehold.dev/locks` blank or missing): nothing will ever remove its gate, so it gets a
+/// Warning Event `InvalidAnnotation` once. The chart's admission policies refuse such a pod; an
+/// install without them (`deploy/leasehold.yaml` without the policies, or a cluster older than
+/// ValidatingAdmissionPolicy) admits it.
+async fn check_gated_without_lock(pod: &Pod, pctx: &PodContext) {
+    let pending = pod.status.as_ref().and_then(|s| s.phase.as_deref()).is_none_or(|p| p == "Pending");
+    if !pending || !super::has_leasehold_gate(pod) || !pctx.first_warning(&pod.uid().unwrap_or_default(), "NoLockNamed")
+    {
+        return;
+    }
+    let note = format!(
+        "pod waits at the leasehold.dev/lock scheduling gate but names no lock ({} and {LOCKS_ANNOTATION} are missing \
+         or blank): nothing will remove the gate; name a DistributedLock of this namespace, or remove the gate",
+        crate::lock::LOCK_ANNOTATION
+    );
+    pctx.ctx.event(&pod_ref(pod), EventType::Warning, "InvalidAnnotation", note, "Validate").await;
+}
+
 /// Checks one pod that names a lock; each warning is given once per pod.
 /// A pod being deleted is not checked.
 async fn check(pod: &Pod, pctx: &PodContext) {
@@ -137,7 +156,9 @@ async fn check(pod: &Pod, pctx: &PodContext) {
     if !set.is_empty() {
         return check_set(pod, &set, pctx).await;
     }
-    let Some(lock) = lock_of(pod) else { return };
+    let Some(lock) = lock_of(pod) else {
+        return check_gated_without_lock(pod, pctx).await;
+    };
     let uid = pod.uid().unwrap_or_default();
     let warn = |reason: &'static str| pctx.first_warning(&uid, reason);
     let ns = pod.namespace().unwrap_or_default();
