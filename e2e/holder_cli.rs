@@ -205,6 +205,57 @@ async fn clean_release_hands_over_at_once_and_a_deleted_claim_does_not_revoke_a_
 /// A guard dropped without `release()` (an early return, `?`, a panic) releases in the
 /// background: the next waiter is granted well inside the 15 s lease, which an expiry could not
 /// do, and the dropped holder's claim is deleted.
+/// Issue 12: while a claim holds and another claim waits, the operator names the waiter in the
+/// Lease as next holder (with the next token); the holder's release then hands the lock over in
+/// one Lease write: the first Lease version after the release already names the waiter, with
+/// that token and no hint left, and the operator finishes the grant (the claim's status).
+#[tokio::test]
+async fn a_release_hands_the_lock_to_the_waiting_claim_in_one_lease_write() {
+    use futures::StreamExt;
+    use kube::ResourceExt;
+    use kube::api::{WatchEvent, WatchParams};
+    let mut ns = TestNs::new("handover").await;
+    ns.create_lock("l", json!({})).await;
+    ns.start_operator(&[]);
+    let a = Holder::new(ns.client.clone(), &ns.ns, "l", "a").acquire(Some(WAIT)).await.expect("a acquires");
+    let b_holder = Holder::new(ns.client.clone(), &ns.ns, "l", "b");
+    let b_task = tokio::spawn(async move { b_holder.acquire(Some(WAIT)).await });
+    let leases = ns.api::<Lease>();
+    let ann = |l: &Lease, k: &str| l.annotations().get(k).cloned();
+    wait_until("the Lease names b as next holder", WAIT, || async {
+        leases.get("l").await.is_ok_and(|l| ann(&l, "leasehold.dev/next-holder").as_deref() == Some("b"))
+    })
+    .await;
+    let before = leases.get("l").await.unwrap();
+    let next_token = (a.token() + 1).to_string();
+    assert_eq!(ann(&before, "leasehold.dev/next-token"), Some(next_token.clone()));
+    let by_name = WatchParams::default().fields("metadata.name=l");
+    let mut versions = leases.watch(&by_name, &before.resource_version().unwrap()).await.unwrap().boxed();
+    a.release().await.expect("a releases");
+    let b = b_task.await.unwrap().expect("b acquires");
+    assert_eq!(b.token().to_string(), next_token);
+    let first = loop {
+        match tokio::time::timeout(WAIT, versions.next()).await.expect("a Lease change").expect("the watch") {
+            Ok(WatchEvent::Modified(l)) => break l,
+            Ok(WatchEvent::Bookmark(_)) => continue,
+            other => panic!("unexpected Lease event {other:?}"),
+        }
+    };
+    assert_eq!(first.spec.as_ref().and_then(|s| s.holder_identity.clone()).as_deref(), Some("b"), "{first:?}");
+    assert_eq!(ann(&first, "leasehold.dev/fencing-token"), Some(next_token.clone()));
+    assert_eq!(ann(&first, "leasehold.dev/holder-kind").as_deref(), Some("Claim"));
+    assert_eq!(ann(&first, "leasehold.dev/next-holder"), None, "the hint is used up");
+    let claims = ns.api::<DistributedLockClaim>();
+    wait_until("b's claim shows the grant", WAIT, || async {
+        claims.list(&Default::default()).await.is_ok_and(|l| {
+            l.items.iter().any(|c| c.spec.identity == "b" && c.status.as_ref().and_then(|s| s.token) == Some(b.token()))
+        })
+    })
+    .await;
+    b.release().await.expect("b releases");
+    ns.cleanup().await;
+}
+
 #[tokio::test]
 async fn a_lock_guard_dropped_without_release_hands_over_without_waiting_for_the_lease() {
     let mut ns = TestNs::new("dropguard").await;

@@ -52,7 +52,11 @@ use kube::{Client, ResourceExt};
 use tokio::sync::watch;
 
 use crate::crd::{ClaimPhase, DistributedLock, DistributedLockClaim, DistributedLockClaimSpec, OnBusy};
-use crate::lock::{HOLDER_KIND_ANNOTATION, HOLDER_UID_ANNOTATION, TOKEN_ANNOTATION};
+use crate::lock::grant::HolderKind;
+use crate::lock::{
+    HOLDER_KIND_ANNOTATION, HOLDER_UID_ANNOTATION, NEXT_HOLDER_ANNOTATION, NEXT_HOLDER_UID_ANNOTATION,
+    NEXT_TOKEN_ANNOTATION, TOKEN_ANNOTATION,
+};
 
 /// Why a holder call failed.
 #[derive(Debug, thiserror::Error)]
@@ -311,7 +315,7 @@ impl Holder {
         name: &str,
         uid: &str,
         created_rv: &str,
-    ) -> Result<(i64, u32, String, Option<String>), HolderError> {
+    ) -> Result<(i64, u32, String, Option<Known>), HolderError> {
         use futures::future::ready;
         // The claim: one WATCH from the version its create returned (every change after the
         // create, no list). Should that watch fail or end (410 Gone, the server's timeout), the
@@ -416,8 +420,18 @@ impl Holder {
                 return Err(HolderError::Expired(status.message.unwrap_or_default()));
             }
             if let Some(token) = status.token {
+                // The status is a record of the grant, written after the Lease, and a stale
+                // operator's patch can land after the Lease moved on (found by the model checker,
+                // `tests/model.rs` run "handover": a Lease deleted and recreated between an
+                // operator's grant and its claim patch). Act only on the Lease: one read; if it
+                // names this claim, its token is the grant's (the status catches up).
                 let lease_name = status.lease_name.unwrap_or_else(|| self.lock.clone());
-                return Ok((token, status.slot.unwrap_or(0), lease_name, status.lease_resource_version));
+                let lease = leases.get_opt(&lease_name).await.map_err(kube_err("get Lease"))?;
+                if let Some(grant) = lease.and_then(|l| grant_in(&l, &self.lock, &self.identity, uid)) {
+                    return Ok(grant);
+                }
+                tracing::debug!(lock = %self.lock, token, "the claim's status names a grant the Lease does not: waiting");
+                continue;
             }
             if status.phase == Some(ClaimPhase::Rejected) {
                 return Err(match status.reason.as_deref() {
@@ -430,18 +444,18 @@ impl Holder {
 }
 
 /// The grant that `lease`, a Lease of the lock named `lock`, records for the claim with UID
-/// `claim_uid` and `spec.identity` `identity`: (fencing token, slot, Lease name, its
-/// resourceVersion). `None` for a Lease that names someone else, a Lease whose name is no slot's
+/// `claim_uid` and `spec.identity` `identity`: (fencing token, slot, Lease name, the Lease
+/// itself, so the first renewal or the release, a next-holder handover included, needs no read). `None` for a Lease that names someone else, a Lease whose name is no slot's
 /// of this lock (`lease::slot_lease_name`), or one whose token annotation is missing or
 /// unreadable (the claim's status then brings the grant).
-fn grant_in(lease: &Lease, lock: &str, identity: &str, claim_uid: &str) -> Option<(i64, u32, String, Option<String>)> {
+fn grant_in(lease: &Lease, lock: &str, identity: &str, claim_uid: &str) -> Option<(i64, u32, String, Option<Known>)> {
     if !names_us(lease, identity, claim_uid) {
         return None;
     }
     let name = lease.name_any();
     let slot = if name == lock { 0 } else { crate::lease::slot_of_lease_name(lock, &name)? };
     let token = crate::lock::fencing::parse_token(lease.annotations().get(TOKEN_ANNOTATION)?)?;
-    Some((token, slot, name, lease.resource_version()))
+    Some((token, slot, name, Some(Known::Object(Box::new(lease.clone())))))
 }
 
 /// A place in a lock's queue (a `DistributedLockClaim`), from [`Holder::enqueue`].
@@ -486,14 +500,14 @@ impl Ticket {
     /// [`HolderError::NotHolder`], [`HolderError::Kube`].
     pub async fn wait(&self, timeout: Option<Duration>) -> Result<LockGuard, HolderError> {
         let wait = self.holder.wait_for_grant(&self.claims, &self.claim_name, &self.claim_uid, &self.claim_rv);
-        let (token, slot, lease_name, lease_rv) = match timeout {
+        let (token, slot, lease_name, known) = match timeout {
             Some(t) => tokio::time::timeout(t, wait)
                 .await
                 .unwrap_or_else(|_| Err(HolderError::WaitTimeout(t, self.holder.lock.clone())))?,
             None => wait.await?,
         };
         let claim = (self.claim_name.clone(), self.claim_uid.clone());
-        LockGuard::start(&self.holder, claim, (token, slot), (lease_name, lease_rv), self.timings, self.queued).await
+        LockGuard::start(&self.holder, claim, (token, slot), (lease_name, known), self.timings, self.queued).await
     }
 
     /// Leaves the queue: if the claim was granted meanwhile, first frees the Lease (owner-verified
@@ -601,15 +615,18 @@ impl LockGuard {
         h: &Holder,
         (claim_name, claim_uid): (String, String),
         (token, slot): (i64, u32),
-        (lease_name, lease_rv): (String, Option<String>),
+        (lease_name, lease_known): (String, Option<Known>),
         timings: Resolved,
         queued: Instant,
     ) -> Result<LockGuard, HolderError> {
         let renew_deadline = timings.renew_deadline;
         let known = KnownLease::default();
-        // The version the grant wrote: the first renewal or the release needs no read.
-        if let Some(rv) = lease_rv {
-            known.set_version(rv);
+        // The Lease (or the version) the grant wrote: the first renewal or the release needs no
+        // read.
+        match lease_known {
+            Some(Known::Object(l)) => known.set(*l),
+            Some(Known::Version(rv)) => known.set_version(rv),
+            None => {}
         }
         let leases: Api<Lease> = Api::namespaced(h.client.clone(), &h.namespace);
         let claims: Api<DistributedLockClaim> = Api::namespaced(h.client.clone(), &h.namespace);
@@ -774,6 +791,7 @@ async fn free(
 struct KnownLease(std::sync::Arc<std::sync::Mutex<Option<Known>>>);
 
 /// What [`KnownLease`] holds.
+#[derive(Debug, PartialEq)]
 enum Known {
     /// The whole object: a PUT from it.
     Object(Box<Lease>),
@@ -874,8 +892,11 @@ async fn renew(
     }
 }
 
-/// Owner-verified release of Lease `lease_name`: clears the holder only if the Lease still names
-/// us, with the resourceVersion read as precondition. `Ok(false)`: it does not name us.
+/// Owner-verified release of Lease `lease_name`: if the Lease still names us, with the
+/// resourceVersion read as precondition, either hands the lock to the Lease's next-holder hint
+/// (the operator's choice of the waiting claim at the head of the queue, with its token:
+/// [`crate::lock::grant::Next`]), so the next holder is granted by this one write, or clears the
+/// holder (no hint) and the operator grants. `Ok(false)`: it does not name us.
 async fn clear_holder(
     leases: &Api<Lease>,
     lease_name: &str,
@@ -883,15 +904,19 @@ async fn clear_holder(
     claim_uid: &str,
     known: &KnownLease,
 ) -> Result<bool, HolderError> {
-    // One PUT when the Lease is as our last renewal left it (one PATCH when only the grant's
-    // version is known); after a 409, from a fresh read.
+    // One PUT when the Lease is as our last write (or the grant) left it (one PATCH when only the
+    // grant's version is known: that clears, as the hint is not known); after a 409, from a fresh
+    // read.
     let mut last = known.take();
     loop {
         let mut lease = match last.take() {
             Some(Known::Object(l)) => *l,
             Some(Known::Version(rv)) => {
                 let body = serde_json::json!({
-                    "metadata": { "annotations": { HOLDER_UID_ANNOTATION: null, HOLDER_KIND_ANNOTATION: null } },
+                    "metadata": { "annotations": {
+                        HOLDER_UID_ANNOTATION: null, HOLDER_KIND_ANNOTATION: null,
+                        NEXT_HOLDER_ANNOTATION: null, NEXT_HOLDER_UID_ANNOTATION: null, NEXT_TOKEN_ANNOTATION: null,
+                    } },
                     "spec": { "holderIdentity": null, "acquireTime": null, "renewTime": null },
                 });
                 match patch_at(leases, lease_name, rv, body).await {
@@ -905,19 +930,40 @@ async fn clear_holder(
         if !names_us(&lease, identity, claim_uid) {
             return Ok(false);
         }
-        if let Some(spec) = lease.spec.as_mut() {
-            spec.holder_identity = None;
-            spec.acquire_time = None;
-            spec.renew_time = None;
-        }
-        if let Some(a) = lease.metadata.annotations.as_mut() {
-            a.remove(HOLDER_UID_ANNOTATION);
-            a.remove(HOLDER_KIND_ANNOTATION);
-        }
+        hand_over(&mut lease, Timestamp::now());
         match leases.replace(lease_name, &PostParams::default(), &lease).await {
             Ok(_) => return Ok(true),
             Err(kube::Error::Api(s)) if s.code == 409 => continue,
             Err(e) => return Err(HolderError::Kube { op: "release Lease", source: e }),
+        }
+    }
+}
+
+/// The release's Lease, in memory: with a next-holder hint, the hinted claim becomes the holder
+/// with the hinted token (`acquireTime` and `renewTime` now, `leaseTransitions` + 1, the hint
+/// removed), as the operator's grant would write it (`lease::update`); without one, no holder
+/// (the last token stays).
+fn hand_over(lease: &mut Lease, now: Timestamp) {
+    let next = crate::lease::next(lease);
+    crate::lease::put_next(lease, None);
+    let ann = lease.metadata.annotations.get_or_insert_with(Default::default);
+    let spec = lease.spec.get_or_insert_with(Default::default);
+    match next {
+        Some(n) => {
+            ann.insert(HOLDER_UID_ANNOTATION.into(), n.uid);
+            ann.insert(HOLDER_KIND_ANNOTATION.into(), HolderKind::Claim.as_str().into());
+            ann.insert(TOKEN_ANNOTATION.into(), n.token.to_string());
+            spec.holder_identity = Some(n.identity);
+            spec.acquire_time = Some(MicroTime(now));
+            spec.renew_time = Some(MicroTime(now));
+            spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0).saturating_add(1));
+        }
+        None => {
+            ann.remove(HOLDER_UID_ANNOTATION);
+            ann.remove(HOLDER_KIND_ANNOTATION);
+            spec.holder_identity = None;
+            spec.acquire_time = None;
+            spec.renew_time = None;
         }
     }
 }
@@ -988,12 +1034,11 @@ mod tests {
     /// and UID), is one of this lock's slots, and carries a valid token.
     #[test]
     fn a_grant_is_read_from_a_lease_only_when_it_names_the_claim_with_a_token() {
-        let rv = Some("42".to_string());
-        assert_eq!(grant_in(&lease("db", "me", "u1", "7"), "db", "me", "u1"), Some((7, 0, "db".into(), rv.clone())));
-        assert_eq!(
-            grant_in(&lease("db-slot-2", "me", "u1", "9"), "db", "me", "u1"),
-            Some((9, 2, "db-slot-2".into(), rv))
-        );
+        let known = |l: Lease| Some(Known::Object(Box::new(l)));
+        let db = lease("db", "me", "u1", "7");
+        assert_eq!(grant_in(&db, "db", "me", "u1"), Some((7, 0, "db".into(), known(db.clone()))));
+        let slot2 = lease("db-slot-2", "me", "u1", "9");
+        assert_eq!(grant_in(&slot2, "db", "me", "u1"), Some((9, 2, "db-slot-2".into(), known(slot2.clone()))));
         // Someone else, or the same identity under another claim (an earlier run's).
         assert_eq!(grant_in(&lease("db", "you", "u1", "7"), "db", "me", "u1"), None);
         assert_eq!(grant_in(&lease("db", "me", "u0", "7"), "db", "me", "u1"), None);
@@ -1003,6 +1048,28 @@ mod tests {
         // No usable token: the claim's status brings the grant instead.
         assert_eq!(grant_in(&lease("db", "me", "u1", "x"), "db", "me", "u1"), None);
         assert_eq!(grant_in(&lease("db", "me", "u1", "0"), "db", "me", "u1"), None);
+    }
+
+    /// The release names the hinted claim with the hinted token and removes the hint (issue 12);
+    /// without a hint it clears the holder and keeps the token.
+    #[test]
+    fn the_release_hands_over_to_the_next_holder_hint_or_clears_the_holder() {
+        let now = Timestamp::from_second(1_700_000_000).unwrap();
+        let mut l = lease("db", "me", "u1", "7");
+        let hint = crate::lock::grant::Next { identity: "you".into(), uid: "u2".into(), token: 8 };
+        crate::lease::put_next(&mut l, Some(&hint));
+        hand_over(&mut l, now);
+        assert!(names_us(&l, "you", "u2"));
+        assert_eq!(grant_in(&l, "db", "you", "u2").map(|g| g.0), Some(8));
+        assert_eq!(l.annotations().get(HOLDER_KIND_ANNOTATION).map(String::as_str), Some("Claim"));
+        let spec = l.spec.as_ref().unwrap();
+        assert_eq!((spec.renew_time.clone(), spec.lease_transitions), (Some(MicroTime(now)), Some(1)));
+        assert_eq!(crate::lease::next(&l), None);
+        // Again, without a hint: free, the last token kept.
+        hand_over(&mut l, now);
+        assert_eq!(l.spec.as_ref().unwrap().holder_identity, None);
+        assert_eq!(l.annotations().get(TOKEN_ANNOTATION).map(String::as_str), Some("8"));
+        assert!(l.annotations().get(HOLDER_UID_ANNOTATION).is_none());
     }
 
     #[test]

@@ -26,9 +26,10 @@ use kube::{Resource, ResourceExt};
 use crate::crd::DistributedLock;
 use crate::error::{Error, Result, call};
 use crate::lock::fencing::parse_token;
-use crate::lock::grant::{Grant, Holder, HolderKind, LeaseView};
+use crate::lock::grant::{Grant, Holder, HolderKind, LeaseView, Next};
 use crate::lock::{
-    HOLDER_KIND_ANNOTATION, HOLDER_UID_ANNOTATION, LEASE_LABEL, TOKEN_ANNOTATION, TOKEN_FLOOR_ANNOTATION,
+    HOLDER_KIND_ANNOTATION, HOLDER_UID_ANNOTATION, LEASE_LABEL, NEXT_HOLDER_ANNOTATION, NEXT_HOLDER_UID_ANNOTATION,
+    NEXT_TOKEN_ANNOTATION, TOKEN_ANNOTATION, TOKEN_FLOOR_ANNOTATION,
 };
 
 /// Reads the grant state from a Lease. Never fails: unreadable annotations make the view
@@ -49,7 +50,42 @@ pub fn view(lease: &Lease) -> LeaseView {
     let trusted = matches!(floor, Some(Some(_)))
         && !matches!(token, Some(None))
         && (holder.is_none() || matches!(token, Some(Some(_))));
-    LeaseView { holder, token: token.flatten().unwrap_or(0), floor: floor.flatten().unwrap_or(0), trusted }
+    LeaseView {
+        holder,
+        token: token.flatten().unwrap_or(0),
+        floor: floor.flatten().unwrap_or(0),
+        trusted,
+        next: next(lease),
+    }
+}
+
+/// The Lease's next-holder hint ([`Next`]): `None` unless all three annotations are there and
+/// the token reads as a positive decimal.
+pub fn next(lease: &Lease) -> Option<Next> {
+    let ann = lease.annotations();
+    let token = ann.get(NEXT_TOKEN_ANNOTATION).and_then(|v| parse_token(v)).filter(|t| *t > 0)?;
+    Some(Next {
+        identity: ann.get(NEXT_HOLDER_ANNOTATION).filter(|v| !v.is_empty())?.clone(),
+        uid: ann.get(NEXT_HOLDER_UID_ANNOTATION).filter(|v| !v.is_empty())?.clone(),
+        token,
+    })
+}
+
+/// Sets (or, with `None`, removes) the next-holder hint annotations on `lease` in memory.
+pub fn put_next(lease: &mut Lease, next: Option<&Next>) {
+    let ann = lease.metadata.annotations.get_or_insert_with(BTreeMap::new);
+    match next {
+        Some(n) => {
+            ann.insert(NEXT_HOLDER_ANNOTATION.into(), n.identity.clone());
+            ann.insert(NEXT_HOLDER_UID_ANNOTATION.into(), n.uid.clone());
+            ann.insert(NEXT_TOKEN_ANNOTATION.into(), n.token.to_string());
+        }
+        None => {
+            for k in [NEXT_HOLDER_ANNOTATION, NEXT_HOLDER_UID_ANNOTATION, NEXT_TOKEN_ANNOTATION] {
+                ann.remove(k);
+            }
+        }
+    }
 }
 
 /// The Lease's `spec.renewTime` as text: it changes with every renewal, which restarts a claim
@@ -113,8 +149,9 @@ pub async fn create(
     call("create Lease", api.create(&PostParams::default(), &lease)).await
 }
 
-/// Compare-and-swaps `observed` (with its resourceVersion) to `holder` (or to free).
-/// `floor` re-floors a hand-edited Lease. `token_if_free` keeps the last token when freeing.
+/// Compare-and-swaps `observed` (with its resourceVersion) to `holder` (or to free), with the
+/// next-holder hint `next` (`None` removes it). `floor` re-floors a hand-edited Lease. When
+/// freeing, the last token is kept.
 ///
 /// # Errors
 /// [`Error::Kube`] with 409 when the Lease changed since it was observed; 404 when it is gone.
@@ -124,10 +161,23 @@ pub async fn update(
     observed: &Lease,
     holder: Option<&Grant>,
     floor: Option<i64>,
+    next: Option<&Next>,
 ) -> Result<Lease> {
     let mut lease = observed.clone();
     let last_token = view(observed).token;
     apply_grant(&mut lease, lock, holder, floor, Some(last_token), Timestamp::now());
+    put_next(&mut lease, next);
+    call("update Lease", api.replace(&lease.name_any(), &PostParams::default(), &lease)).await
+}
+
+/// Compare-and-swaps only the next-holder hint of `observed` to `next` (`None` removes it);
+/// holder, token and times stay as they are ([`crate::lock::grant::Decision::SetNext`]).
+///
+/// # Errors
+/// [`Error::Kube`] with 409 when the Lease changed since it was observed; 404 when it is gone.
+pub async fn set_next(api: &Api<Lease>, observed: &Lease, next: Option<&Next>) -> Result<Lease> {
+    let mut lease = observed.clone();
+    put_next(&mut lease, next);
     call("update Lease", api.replace(&lease.name_any(), &PostParams::default(), &lease)).await
 }
 
@@ -191,6 +241,27 @@ mod tests {
         let v = view(&l);
         assert_eq!(v.holder, Some(Holder { name: "pod-a".into(), uid: Some("u1".into()), kind: HolderKind::Pod }));
         assert_eq!((v.token, v.floor, v.trusted), (7, 0, true));
+    }
+
+    #[test]
+    fn the_next_holder_hint_round_trips_and_a_partial_one_reads_as_none() {
+        let mut l = lease_with(&[(TOKEN_ANNOTATION, "7"), (TOKEN_FLOOR_ANNOTATION, "0")], Some("a"));
+        assert_eq!(view(&l).next, None);
+        let n = Next { identity: "b".into(), uid: "u-b".into(), token: 8 };
+        put_next(&mut l, Some(&n));
+        assert_eq!(view(&l).next, Some(n));
+        put_next(&mut l, None);
+        assert_eq!(view(&l).next, None);
+        assert!(l.annotations().keys().all(|k| !k.contains("next")));
+        // Any part missing or unreadable: no hint (the holder then just releases).
+        for (k, v) in [(NEXT_TOKEN_ANNOTATION, "x"), (NEXT_TOKEN_ANNOTATION, "0"), (NEXT_HOLDER_UID_ANNOTATION, "")] {
+            let mut l = lease_with(
+                &[(NEXT_HOLDER_ANNOTATION, "b"), (NEXT_HOLDER_UID_ANNOTATION, "u"), (NEXT_TOKEN_ANNOTATION, "8")],
+                None,
+            );
+            l.metadata.annotations.as_mut().unwrap().insert(k.into(), v.into());
+            assert_eq!(next(&l), None, "{k}={v}");
+        }
     }
 
     #[test]

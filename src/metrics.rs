@@ -63,7 +63,9 @@ pub fn standby_registry() -> Registry {
 
 /// All metrics the operator exports.
 pub struct Metrics {
-    /// Grants written to a Lease (`leasehold_grants_total`).
+    /// Grants written to a Lease (`leasehold_grants_total`): by the operator, or by a releasing
+    /// claim holder that handed the lock to the next-holder hint (counted when the operator
+    /// finishes that grant).
     pub grants: Counter,
     /// Releases, by reason (`leasehold_releases_total{reason}`).
     pub releases: Family<ReasonLabels, Counter>,
@@ -150,7 +152,11 @@ impl Metrics {
             }
         }
         let r = registry.sub_registry_with_prefix("leasehold");
-        r.register("grants", "Grants written to a Lease", m.grants.clone());
+        r.register(
+            "grants",
+            "Grants written to a Lease (by the operator, or by a releasing holder's handover)",
+            m.grants.clone(),
+        );
         r.register("releases", "Holders released, by reason", m.releases.clone());
         r.register("reclaims", "Holders taken back by a timeout, by reason", m.reclaims.clone());
         r.register("rejections", "Waiters that gave up, by reason", m.rejections.clone());

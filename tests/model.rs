@@ -103,7 +103,7 @@ use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
 use leasehold::lock::grant::{
-    Candidate, Decision, Grant, Holder, HolderKind, LeaseView, Phase, Reject, RejectReason, Settings,
+    Candidate, Decision, Grant, Holder, HolderKind, LeaseView, Next, Phase, Reject, RejectReason, Settings,
 };
 use leasehold::lock::machine::{self, Clocks, SlotLease, Snapshot};
 use leasehold::lock::policy::BusyPolicy;
@@ -125,6 +125,7 @@ const RECREATE_GRANT: &str = "the recreated lock object grants";
 const IDLE_NO_LEASE: &str = "a lock nobody waits for stays without a Lease (it is created at the first grant)";
 const TWO_AT_ONCE: &str = "two holders of a semaphore run at once";
 const CHANGED_GRANT: &str = "a waiter is granted after maxHolders changed";
+const HINT_HANDOVER: &str = "a claim holder's release hands the lock to the next-holder hint";
 const POD_NAMES: [&str; 3] = ["pod-a", "pod-b", "pod-c"];
 const CLAIM_NAMES: [&str; 2] = ["claim-x", "claim-y"];
 
@@ -167,6 +168,13 @@ enum Bug {
     /// The conversion drops a holder's slot (`leasehold.dev/slot`, claim `status.slot`): every
     /// holder looks like slot 0's, so slot 1 takes its own holder for gone and grants again.
     IgnoreSlot,
+    /// The next-holder hint carries the holder's own token instead of the next one (issue 12):
+    /// the release hands the lock over with a token that was handed out already.
+    HintTokenNotAbove,
+    /// A claim's process acts on the token its claim's status shows without reading the Lease
+    /// (as the holder did until this run found it): a stale operator's status patch, decided
+    /// before the Lease was deleted and recreated, lands after the new Lease's grant.
+    ActOnStatus,
 }
 
 /// A waiter's `leasehold.dev/on-busy` and `leasehold.dev/max-wait` (claims: `spec.onBusy`,
@@ -282,6 +290,9 @@ struct LeaseObj {
     renew: Option<u16>,
     /// Generation ([`LockObj::uid`]) of the lock object its controller ownerReference names.
     owner: u8,
+    /// The next-holder hint (`leasehold.dev/next-holder`, `-uid`, `next-token`): identity, UID,
+    /// token.
+    next: Option<(String, String, i64)>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -420,6 +431,8 @@ const GRANTED_AFTER_RECREATE: u8 = 8;
 const IDLE_WITHOUT_LEASE: u8 = 16;
 /// A holder was granted after `spec.maxHolders` changed.
 const GRANTED_AFTER_CHANGE: u8 = 32;
+/// A claim holder's release handed the lock to the next-holder hint.
+const HANDED_OVER: u8 = 64;
 const REJECTED_THEN_GRANTED: &str = "I3: a rejected waiter was granted";
 
 /// A kind the operator watches: each kind's cache lags on its own (its own watch).
@@ -455,9 +468,10 @@ enum Action {
     NodeLost(usize),
     /// The kubelet stopped the containers of a pod the operator marked Failed while they ran.
     PodStopped(usize),
-    /// The claim's process sees its grant, from its claim's status (`None`) or from slot `k`'s
-    /// Lease naming it (`Some(k)`; the holder watches both, issue 12: the Lease is written one
-    /// write before the status): within the renew deadline of its claim's creation it holds at
+    /// The claim's process sees its grant, from its claim's status (`None`: then it reads the
+    /// Lease of the status's slot and acts only if that names it, with the Lease's token) or from
+    /// slot `k`'s Lease naming it (`Some(k)`; the holder watches both, issue 12: the Lease is
+    /// written one write before the status): within the renew deadline of its claim's creation it holds at
     /// once (its deadline counted from that creation), later only after a first renewal.
     ClaimLearns(usize, Option<usize>),
     /// The claim's process sees its claim rejected or gone before it saw a grant, and gives up
@@ -524,7 +538,7 @@ impl LockModel {
             .collect();
         // Start where every lock is after its first reconcile: tokens reserved, the Lease
         // created free (the bootstrap path is explored again after a Lease deletion).
-        let lease = LeaseObj { rv: 1, holder: None, token: 0, floor: Some(0), renew: None, owner: 0 };
+        let lease = LeaseObj { rv: 1, holder: None, token: 0, floor: Some(0), renew: None, owner: 0, next: None };
         let lock = LockObj {
             rv: 1,
             uid: 0,
@@ -551,7 +565,8 @@ impl LockModel {
             let token = k as i64 + 1;
             (p.gated, p.phase, p.token, p.granted_by, p.slot) = (false, phase, Some(token), Some(0), k as u8);
             let holder = Some((name.to_string(), p.uid.clone(), HolderKind::Pod));
-            api.leases[k] = Some(LeaseObj { rv: 1, holder, token, floor: Some(0), renew: Some(1), owner: 0 });
+            api.leases[k] =
+                Some(LeaseObj { rv: 1, holder, token, floor: Some(0), renew: Some(1), owner: 0, next: None });
             api.lock.highest = token;
             if self.cfg.max_holders.is_some() {
                 api.lock.slot_tokens.resize(k + 1, 0);
@@ -664,6 +679,11 @@ fn snapshot(view: &View, fresh_reservation: Option<i64>, cfg: &Config) -> Snapsh
         token: l.token,
         floor: l.floor.unwrap_or(0),
         trusted: l.floor.is_some() && (l.holder.is_none() || l.token > 0),
+        next: l.next.as_ref().map(|(identity, uid, token)| Next {
+            identity: identity.clone(),
+            uid: uid.clone(),
+            token: *token,
+        }),
     };
     let marker = |l: &Option<LeaseObj>| l.as_ref().and_then(|l| l.renew).map(|r| r.to_string());
     Snapshot {
@@ -740,6 +760,7 @@ impl World {
         holder: Option<&Grant>,
         floor: Option<i64>,
         owner: u8,
+        next: Option<&Next>,
     ) -> LeaseObj {
         let rv = self.rv();
         let token = holder.map_or(base.map_or(0, |b| b.token), |g| g.token);
@@ -757,6 +778,7 @@ impl World {
             floor: floor.or(base.and_then(|b| b.floor)),
             renew: holder.map(|_| rv),
             owner,
+            next: next.map(|n| (n.identity.clone(), n.uid.clone(), n.token)),
         };
         self.api.leases[slot] = Some(lease.clone());
         lease
@@ -793,6 +815,11 @@ impl World {
                 }
             }
             _ => {}
+        }
+        if cfg.bug == Some(Bug::HintTokenNotAbove)
+            && let Some(n) = step.next.as_mut()
+        {
+            n.token -= 1;
         }
         Some((session, step))
     }
@@ -831,14 +858,32 @@ impl World {
             Decision::CreateLease { holder, floor } => {
                 if self.api.leases[slot].is_none() {
                     let owner = view.lock.uid;
-                    view.leases[slot] = Some(self.write_lease(slot, None, holder.as_ref(), Some(floor), owner));
+                    view.leases[slot] = Some(self.write_lease(slot, None, holder.as_ref(), Some(floor), owner, None));
                     true
                 } else {
                     false
                 }
             }
-            Decision::UpdateLease { holder, floor, .. } => self.cas_lease(slot, &mut view, holder.as_ref(), floor, bug),
-            Decision::RepairLease { holder, floor } => self.cas_lease(slot, &mut view, Some(&holder), floor, bug),
+            Decision::UpdateLease { holder, floor, .. } => {
+                self.cas_lease(slot, &mut view, holder.as_ref(), floor, bug, step.next.as_ref())
+            }
+            Decision::RepairLease { holder, floor } => self.cas_lease(slot, &mut view, Some(&holder), floor, bug, None),
+            Decision::SetNext => {
+                // Only the hint, by compare-and-swap on the Lease version the step saw.
+                match (view.leases[slot].clone(), self.api.leases[slot].clone()) {
+                    (Some(seen), Some(current))
+                        if seen.rv == current.rv || bug == Some(Bug::LeaseWithoutPrecondition) =>
+                    {
+                        let rv = self.rv();
+                        let next = step.next.as_ref().map(|n| (n.identity.clone(), n.uid.clone(), n.token));
+                        let lease = LeaseObj { rv, next, ..current };
+                        self.api.leases[slot] = Some(lease.clone());
+                        view.leases[slot] = Some(lease);
+                        true
+                    }
+                    _ => false,
+                }
+            }
             Decision::PatchHolder(g) => self.patch_holder(&mut view, &g, bug),
             // Multi-lock decisions need a multi-lock candidate: tests/multilock.rs models them.
             Decision::RecordTentative(_) | Decision::Withdraw(_) => unreachable!("no multi-lock candidate here"),
@@ -930,6 +975,7 @@ impl World {
         holder: Option<&Grant>,
         floor: Option<i64>,
         bug: Option<Bug>,
+        next: Option<&Next>,
     ) -> bool {
         let (Some(seen), Some(current)) = (view.leases[slot].clone(), self.api.leases[slot].clone()) else {
             return false;
@@ -937,7 +983,7 @@ impl World {
         if seen.rv != current.rv && bug != Some(Bug::LeaseWithoutPrecondition) {
             return false;
         }
-        view.leases[slot] = Some(self.write_lease(slot, Some(&seen), holder, floor, current.owner));
+        view.leases[slot] = Some(self.write_lease(slot, Some(&seen), holder, floor, current.owner, next));
         true
     }
 
@@ -980,13 +1026,11 @@ impl World {
                 if new_grant && c.rejected {
                     self.broken.get_or_insert(REJECTED_THEN_GRANTED);
                 }
-                // Its process may have learned this grant from the Lease already (handed then).
-                if new_grant && self.procs[i].handed != Some(g.token) {
-                    self.procs[i].handed = Some(g.token);
-                    self.hand(view.lock.uid, g.slot as u8, g.token);
-                    if view.lock.uid > 0 {
-                        self.events |= GRANTED_AFTER_RECREATE;
-                    }
+                // Handed to the holder only when its process learns it, from the Lease
+                // ([`Action::ClaimLearns`]): the status is a record, which a stale operator's
+                // patch can make disagree with the Lease.
+                if new_grant && view.lock.uid > 0 {
+                    self.events |= GRANTED_AFTER_RECREATE;
                 }
                 true
             }
@@ -1111,7 +1155,7 @@ impl World {
             || self.procs.iter().enumerate().any(|(i, p)| {
                 p.paused
                     || (!p.done
-                        && (self.api.claims[i].as_ref().is_none_or(|c| c.token.is_some() || c.rejected)
+                        && (self.api.claims[i].as_ref().is_none_or(|c| c.rejected)
                             || (0..self.api.leases.len()).any(|k| self.lease_names_claim(k, i))))
             });
         let settled = !env_owes
@@ -1200,7 +1244,10 @@ impl Model for LockModel {
         for (i, proc_) in w.procs.iter().enumerate() {
             let claim = w.api.claims[i].as_ref();
             if !proc_.done && !proc_.paused {
-                if claim.is_some_and(|c| c.token.is_some()) {
+                let on_status = self.cfg.bug == Some(Bug::ActOnStatus);
+                if claim
+                    .is_some_and(|c| c.token.is_some() && (on_status || w.lease_names_claim(usize::from(c.slot), i)))
+                {
                     out.push(Action::ClaimLearns(i, None));
                 }
                 for k in (0..w.api.leases.len()).filter(|k| w.lease_names_claim(*k, i)) {
@@ -1309,25 +1356,28 @@ impl Model for LockModel {
             }
             Action::ClaimGivesUp(i) => w.procs[i].done = true,
             Action::ClaimLearns(i, from) => {
-                let (token, slot) = match from {
-                    None => {
-                        let claim = w.api.claims[i].as_ref()?;
-                        (claim.token?, claim.slot)
-                    }
-                    Some(k) => {
-                        // `holder::Holder::wait_for_grant`: a Lease of the lock (label
-                        // `leasehold.dev/lock`) whose holderIdentity and holder-uid name the claim;
-                        // the token is the Lease's, the slot the Lease's.
+                // `holder::Holder::wait_for_grant`: a Lease of the lock whose holderIdentity and
+                // holder-uid name the claim, seen on the Lease watch (`Some(k)`), or read once the
+                // claim's status shows a token (`None`: the Lease of the status's slot); the token
+                // and the slot are the Lease's, never the status's.
+                let k = match from {
+                    None => usize::from(w.api.claims[i].as_ref()?.slot),
+                    Some(k) => k,
+                };
+                let (token, owner) = match (from, self.cfg.bug) {
+                    (None, Some(Bug::ActOnStatus)) => (w.api.claims[i].as_ref()?.token?, w.api.lock.uid),
+                    _ if !w.lease_names_claim(k, i) => return None,
+                    _ => {
                         let lease = w.api.leases[k].as_ref()?;
-                        let token = lease.token;
-                        // Handed now if no status patch recorded it before (I2 checks it here).
-                        if w.procs[i].handed != Some(token) {
-                            w.procs[i].handed = Some(token);
-                            w.hand(lease.owner, k as u8, token);
-                        }
-                        (token, k as u8)
+                        (lease.token, lease.owner)
                     }
                 };
+                // Handed now (I2 checks it here).
+                if w.procs[i].handed != Some(token) {
+                    w.procs[i].handed = Some(token);
+                    w.hand(owner, k as u8, token);
+                }
+                let (token, slot) = (token, k as u8);
                 w.procs[i].slot = slot;
                 w.procs[i].done = true;
                 let start = w.now;
@@ -1363,6 +1413,9 @@ impl Model for LockModel {
                 }
             }
             Action::ClaimReleases(i) => {
+                // `LockGuard::release` (`holder::clear_holder`): owner-verified (a compare-and-swap
+                // on the version it read), it hands the lock to the Lease's next-holder hint, with
+                // the hinted token, or frees it when there is none (issue 12).
                 w.procs[i].holding = None;
                 let slot = usize::from(w.procs[i].slot);
                 let names_it = w.api.leases[slot]
@@ -1372,7 +1425,18 @@ impl Model for LockModel {
                 if names_it {
                     let rv = w.rv();
                     let lease = w.api.leases[slot].as_mut().unwrap();
-                    (lease.holder, lease.renew, lease.rv) = (None, None, rv);
+                    match lease.next.take() {
+                        Some((identity, uid, token)) => {
+                            (lease.holder, lease.token, lease.renew, lease.rv) =
+                                (Some((identity, uid, HolderKind::Claim)), token, Some(rv), rv);
+                            let owner = lease.owner;
+                            w.events |= HANDED_OVER;
+                            if token > w.ceiling_of(owner) {
+                                w.broken.get_or_insert("I2: a holder handed the lock over above the reservation");
+                            }
+                        }
+                        None => (lease.holder, lease.renew, lease.rv) = (None, None, rv),
+                    }
                 }
             }
             Action::ClaimDeleted(i) => {
@@ -1391,7 +1455,7 @@ impl Model for LockModel {
                 let holder = Some((POD_NAMES[i].to_string(), p.uid.clone(), HolderKind::Pod));
                 let floor = w.api.leases[0].as_ref().and_then(|l| l.floor).or(Some(0));
                 let owner = w.api.leases[0].as_ref().map_or(w.api.lock.uid, |l| l.owner);
-                w.api.leases[0] = Some(LeaseObj { rv, holder, token, floor, renew: Some(rv), owner });
+                w.api.leases[0] = Some(LeaseObj { rv, holder, token, floor, renew: Some(rv), owner, next: None });
             }
             Action::LockRecreated => {
                 w.faults += 1;
@@ -1432,6 +1496,7 @@ impl Model for LockModel {
             Property::sometimes(RECREATE_GRANT, |_, w: &World| w.events & GRANTED_AFTER_RECREATE != 0),
             Property::sometimes(IDLE_NO_LEASE, |_, w: &World| w.events & IDLE_WITHOUT_LEASE != 0),
             Property::sometimes(CHANGED_GRANT, |_, w: &World| w.events & GRANTED_AFTER_CHANGE != 0),
+            Property::sometimes(HINT_HANDOVER, |_, w: &World| w.events & HANDED_OVER != 0),
             Property::sometimes(TWO_AT_ONCE, |_, w: &World| w.running().iter().filter(|r| !r.1).count() >= 2),
         ]
     }
@@ -1491,6 +1556,38 @@ fn pods_two_operators_lagging_caches_restarts_and_third_party_lease_edits() {
 fn claims_renewal_expiry_pause_and_claim_deletion() {
     let cfg = Config { pods: 1, claims: 1, max_time: 6, ..Config::BASE };
     assert_safe("claims", cfg, 11, &[]);
+}
+
+/// Issue 12: a claim holder's release hands the lock to the operator's next-holder hint (one
+/// compare-and-swap of the Lease instead of a release and a grant). Two claims, two operators
+/// whose caches lag, a restart, time for expiry and pauses, and one fault (a claim deleted, a
+/// Lease deleted, a holder paused): the hint may be stale in every way the caches allow.
+#[test]
+fn claims_hand_over_to_the_next_holder_hint() {
+    let cfg = Config { claims: 2, operators: 2, max_time: 3, ..Config::BASE };
+    assert_safe("handover", cfg, 9, &[HINT_HANDOVER]);
+}
+
+/// The checker can fail when a claim's process acts on its claim's status without reading the
+/// Lease: an operator grants in the Lease and, before its claim patch, the Lease is deleted and
+/// recreated by the other operator, which grants again with a token above a fresh reservation;
+/// the first operator's patch then lands (the claim's resourceVersion did not change) with the
+/// old token. This run found it in the holder as it was (2026-12-04).
+#[test]
+fn a_planted_bug_acting_on_the_claim_status_is_caught() {
+    let cfg = Config { claims: 2, operators: 2, restarts: 1, faults: 1, ..Config::BASE };
+    let cfg = Config { bug: Some(Bug::ActOnStatus), ..cfg };
+    let checker = checking::run_until_counterexample("planted ActOnStatus", LockModel { cfg }, 11, I2);
+    let t = trace(&checker, I2).expect("the checker must find the stale token the status carries");
+    eprintln!("counterexample found, as it must be:\n{t}");
+}
+
+/// The checker can fail I2 on the handover: a hint that carries the holder's own token hands
+/// the lock over with a token that was handed out already.
+#[test]
+fn a_planted_bug_hint_token_not_above_is_caught() {
+    let cfg = Config { claims: 2, restarts: 0, faults: 0, ..Config::BASE };
+    planted_violates(Bug::HintTokenNotAbove, cfg, 8, I2);
 }
 
 /// After a node-loss takeover: the zombie keeps running on its lost node while its successor

@@ -297,6 +297,7 @@ fn snapshot(view: &View, l: usize, fresh: Option<i64>, cfg: &Config) -> Snapshot
         token: x.token,
         floor: 0,
         trusted: true,
+        next: None,
     });
     Snapshot {
         settings: Settings {
@@ -463,6 +464,11 @@ impl World {
             }
             Decision::DeletePod { .. } | Decision::RejectWaiters(_) => {
                 self.broken.get_or_insert("no timeout or busy policy is configured: unexpected decision");
+                false
+            }
+            // A next-holder hint needs a claim holder: only pods here (tests/model.rs has claims).
+            Decision::SetNext => {
+                self.broken.get_or_insert("no claim holds here: unexpected next-holder hint");
                 false
             }
             Decision::Idle { .. } => false,

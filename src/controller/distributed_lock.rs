@@ -204,7 +204,7 @@ async fn reconcile_lock(lock: Arc<DistributedLock>, ctx: Arc<Context>, started: 
                 all.insert(lock_uid.clone(), step.clocks);
             }
         }
-        let (plan, slot, all_holders) = (step.plan, step.slot, step.holders);
+        let (plan, slot, all_holders, next) = (step.plan, step.slot, step.holders, step.next);
         if leases.len() <= slot as usize {
             leases.resize(slot as usize + 1, None);
         }
@@ -247,25 +247,26 @@ async fn reconcile_lock(lock: Arc<DistributedLock>, ctx: Arc<Context>, started: 
                     ctx.failpoint("stop-before-lease-handover");
                 }
                 let observed = leases[slot as usize].as_ref().ok_or(Error::MissingField("Lease"))?;
-                let written = match lease::update(&lease_api, &lock, observed, holder.as_ref(), floor).await {
-                    Ok(w) => w,
-                    Err(e) if e.is_conflict() && !reread => {
-                        // The cache lagged behind the Lease (a holder released it right after
-                        // the watch event that woke us, or our own last write is not cached
-                        // yet): read it and decide again now, instead of 200 ms later. Safe: a
-                        // fresher view of one object (the model's caches catch up per kind at
-                        // any time), and the next write is again a compare-and-swap.
-                        count_conflict(&ctx.metrics, &e);
-                        reread = true;
-                        let lease_name = observed.name_any();
-                        leases[slot as usize] = call("get Lease", lease_api.get_opt(&lease_name)).await?;
-                        continue;
-                    }
-                    Err(e) => {
-                        count_conflict(&ctx.metrics, &e);
-                        return Err(e);
-                    }
-                };
+                let written =
+                    match lease::update(&lease_api, &lock, observed, holder.as_ref(), floor, next.as_ref()).await {
+                        Ok(w) => w,
+                        Err(e) if e.is_conflict() && !reread => {
+                            // The cache lagged behind the Lease (a holder released it right after
+                            // the watch event that woke us, or our own last write is not cached
+                            // yet): read it and decide again now, instead of 200 ms later. Safe: a
+                            // fresher view of one object (the model's caches catch up per kind at
+                            // any time), and the next write is again a compare-and-swap.
+                            count_conflict(&ctx.metrics, &e);
+                            reread = true;
+                            let lease_name = observed.name_any();
+                            leases[slot as usize] = call("get Lease", lease_api.get_opt(&lease_name)).await?;
+                            continue;
+                        }
+                        Err(e) => {
+                            count_conflict(&ctx.metrics, &e);
+                            return Err(e);
+                        }
+                    };
                 leases[slot as usize] = Some(written);
                 // A claim whose grant this write took back shows `Expired` before the next
                 // holder's claim shows `Granted`, so no two claims show `Granted` at once (issue
@@ -304,7 +305,7 @@ async fn reconcile_lock(lock: Arc<DistributedLock>, ctx: Arc<Context>, started: 
             }
             Decision::RepairLease { holder, floor } => {
                 let observed = leases[slot as usize].as_ref().ok_or(Error::MissingField("Lease"))?;
-                let written = lease::update(&lease_api, &lock, observed, Some(&holder), floor)
+                let written = lease::update(&lease_api, &lock, observed, Some(&holder), floor, None)
                     .await
                     .inspect_err(|e| count_conflict(&ctx.metrics, e))?;
                 leases[slot as usize] = Some(written);
@@ -316,12 +317,37 @@ async fn reconcile_lock(lock: Arc<DistributedLock>, ctx: Arc<Context>, started: 
                 tracing::warn!(lock = %name, holder = %holder.identity, token = holder.token, "Lease repaired");
                 ctx.event(&lock.object_ref(&()), EventType::Warning, "LeaseRepaired", note, "Repair").await;
             }
+            Decision::SetNext => {
+                let observed = leases[slot as usize].as_ref().ok_or(Error::MissingField("Lease"))?;
+                match lease::set_next(&lease_api, observed, next.as_ref()).await {
+                    Ok(written) => leases[slot as usize] = Some(written),
+                    Err(e) if e.is_conflict() && !reread => {
+                        // As for a grant above: read the Lease and decide again now.
+                        count_conflict(&ctx.metrics, &e);
+                        reread = true;
+                        let lease_name = observed.name_any();
+                        leases[slot as usize] = call("get Lease", lease_api.get_opt(&lease_name)).await?;
+                        continue;
+                    }
+                    Err(e) => {
+                        count_conflict(&ctx.metrics, &e);
+                        return Err(e);
+                    }
+                }
+                tracing::debug!(lock = %name, namespace = %ns, next = ?next, "next-holder hint written");
+            }
             Decision::PatchHolder(g) => {
                 tracing::info!(lock = %name, holder = %g.name, token = g.token, "finishing a grant recorded in the Lease");
                 // The Lease names this holder (that is the decision), at this version.
                 let lease_rv = leases[slot as usize].as_ref().and_then(|l| l.metadata.resource_version.clone());
                 let multi = multi_of(&snapshot, &g).is_some();
-                snapshot.absorb_candidate(patch_holder(&ctx, &ns, &lock, &g, lease_rv, multi).await?);
+                let patched = patch_holder(&ctx, &ns, &lock, &g, lease_rv, multi).await?;
+                if g.kind == HolderKind::Claim {
+                    // Most often a releasing holder's handover to the next-holder hint (its Lease
+                    // write is the grant); otherwise a grant whose claim status a crash left out.
+                    ctx.metrics.grants.inc();
+                }
+                snapshot.absorb_candidate(patched);
             }
             Decision::RecordTentative(g) => {
                 snapshot.absorb_candidate(record_on_pod(&ctx, &ns, &lock, &g, PodRecord::Tentative).await?);

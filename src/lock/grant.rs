@@ -182,6 +182,31 @@ pub struct LeaseView {
     /// False when the token annotations are missing or unreadable although they should be there
     /// (a hand-edited Lease): the next token then starts above a fresh reservation.
     pub trusted: bool,
+    /// The next-holder hint (`leasehold.dev/next-holder`, `-next-holder-uid`, `-next-token`):
+    /// whom a claim holder hands the lock to when it releases ([`Next`]); `None` when absent or
+    /// unreadable.
+    pub next: Option<Next>,
+}
+
+/// A next-holder hint, written by the operator into the Lease while a claim holds it: the
+/// waiting claim at the head of the queue and the token its grant gets. The holder's release
+/// then writes the Lease to name that claim with that token, one compare-and-swap instead of a
+/// release and a grant (issue 12: a voluntary handover is one write on the waiter's path).
+///
+/// Safe as an operator's grant decided on the view the hint was written from: the holder's
+/// write is a compare-and-swap on the Lease version it last saw, so it lands only if nobody but
+/// the holder's own renewals wrote the Lease since that hint; the operator then finishes the
+/// grant (the claim's status) as after any Lease write naming a waiter
+/// ([`Decision::PatchHolder`]). Model-checked: `tests/model.rs`, run "handover".
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Next {
+    /// The waiting claim's Lease `holderIdentity`.
+    pub identity: String,
+    /// The waiting claim's UID (`leasehold.dev/holder-uid` after the handover).
+    pub uid: String,
+    /// Its fencing token: above every token in view when the hint was decided, within the
+    /// reserved ceiling.
+    pub token: i64,
 }
 
 /// A holder as recorded in the Lease.
@@ -399,6 +424,10 @@ pub enum Decision {
     },
     /// Mark these waiters `Failed` (they gave up: skip policy or max-wait reached).
     RejectWaiters(Vec<Reject>),
+    /// Compare-and-swap the Lease's next-holder hint to `Step::next` (crate::lock::machine),
+    /// changing nothing else: a claim holds and the head of the queue is not the one the Lease
+    /// names as next (a waiter arrived, or the hinted one left).
+    SetNext,
     /// Nothing to write. Decide again after `requeue_after` (a timeout may fire) or on the next
     /// watch event.
     Idle {

@@ -21,7 +21,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use super::fencing::{self, TokenExhausted};
-use super::grant::{self, Candidate, Decision, Grant, HolderKind, LeaseView, Observation, Phase, Plan, Settings};
+use super::grant::{self, Candidate, Decision, Grant, HolderKind, LeaseView, Next, Observation, Phase, Plan, Settings};
+use super::policy::BusyPolicy;
 
 /// One semaphore slot's Lease, as observed.
 #[derive(Clone, Debug, PartialEq, Default)]
@@ -150,6 +151,11 @@ pub struct Step {
     /// k: the caller's compare-and-swap that raises `status.tokenCeiling` to `to` also sets
     /// `status.slotTokens[k]` to `to` (see [`Snapshot::slot_tokens`]). `None` otherwise.
     pub reserved_slot: Option<u32>,
+    /// The next-holder hint ([`Next`]) that this step's Lease write records
+    /// (`leasehold.dev/next-holder`, ...); `None`: the write removes any hint. Only a
+    /// single-holder lock's grant to a claim, or [`Decision::SetNext`] while a claim holds, has
+    /// one ([`next_holder`]).
+    pub next: Option<Next>,
     /// Clock state to pass to the next step for this lock.
     pub clocks: Clocks,
 }
@@ -223,7 +229,8 @@ pub fn step(snapshot: &Snapshot, now: Duration, clocks: &Clocks) -> Result<Step,
         let timers = time_holder(lease, marker, &candidates, now, clocks.slots.entry(0).or_default());
         let plan = decide_slot(snapshot, lease, &candidates, timers, true)?;
         let holders = plan.holder.iter().cloned().collect();
-        return Ok(Step { plan, slot: 0, holders, clocks, reserved_slot: None });
+        let (plan, next) = with_next(snapshot, &candidates, plan);
+        return Ok(Step { plan, slot: 0, holders, clocks, reserved_slot: None, next });
     };
     let limit = max_holders.max(1);
     let top_slot = candidates.iter().filter(|c| !c.gated && !c.is_terminal()).map(|c| c.slot).max().unwrap_or(0);
@@ -243,6 +250,7 @@ pub fn step(snapshot: &Snapshot, now: Duration, clocks: &Clocks) -> Result<Step,
             holders: vec![],
             clocks,
             reserved_slot: None,
+            next: None,
         });
     }
 
@@ -421,7 +429,63 @@ pub fn step(snapshot: &Snapshot, now: Duration, clocks: &Clocks) -> Result<Step,
             }
         }
     };
-    Ok(Step { plan: Plan { decision, holder: first_holder, waiters }, slot, holders, clocks, reserved_slot })
+    Ok(Step {
+        plan: Plan { decision, holder: first_holder, waiters },
+        slot,
+        holders,
+        clocks,
+        reserved_slot,
+        next: None,
+    })
+}
+
+/// A single-holder lock's next-holder hint ([`Next`]): with a grant to a claim, the hint its
+/// Lease write carries; while a claim holds and the Lease's hint is not the wanted one, a
+/// [`Decision::SetNext`] in place of the idle decision. Semaphores have none (their tokens are
+/// reserved one grant at a time, [`step`]).
+fn with_next(snapshot: &Snapshot, candidates: &[Candidate], mut plan: Plan) -> (Plan, Option<Next>) {
+    let lease = snapshot.lease.as_ref();
+    match (&plan.decision, &plan.holder, lease) {
+        (Decision::UpdateLease { holder: Some(g), floor: None, .. }, _, Some(_)) => {
+            let next = next_holder(snapshot, candidates, g, g.token);
+            (plan, next)
+        }
+        (Decision::Idle { .. }, Some(h), Some(l))
+            if l.trusted && l.holder.as_ref().is_some_and(|x| x.name == h.identity) =>
+        {
+            let next = next_holder(snapshot, candidates, h, l.token);
+            if l.next == next {
+                return (plan, None);
+            }
+            plan.decision = Decision::SetNext;
+            (plan, next)
+        }
+        _ => (plan, None),
+    }
+}
+
+/// Whom claim holder `holder` (holding with `token`) hands the lock to when it releases: the
+/// head of the queue when that is a claim that waits without a busy policy (`on-busy: wait`, no
+/// `max-wait`: a waiter that may be rejected is left to the operator), with the token the
+/// operator would grant it now (above every token in view, within the reserved ceiling). `None`
+/// when the holder is a pod (it releases by ending: the operator grants), the head is a pod or a
+/// multi-lock waiter, or the token needs a reservation first.
+pub fn next_holder(snapshot: &Snapshot, candidates: &[Candidate], holder: &Grant, token: i64) -> Option<Next> {
+    if holder.kind != HolderKind::Claim {
+        return None;
+    }
+    let head = grant::queue_of(candidates).into_iter().find(|w| w.uid != holder.uid)?;
+    let plain = head.on_busy == BusyPolicy::Wait && head.max_wait.is_none() && head.multi.is_none();
+    if head.kind != HolderKind::Claim || !plain {
+        return None;
+    }
+    let seen = candidates.iter().filter_map(|c| c.token).max().unwrap_or(0);
+    let floor = snapshot.lease.as_ref().map_or(0, |l| l.floor);
+    let next = fencing::next_token(token.max(snapshot.highest_token).max(seen), floor).ok()?;
+    if fencing::needs_reservation(next, snapshot.ceiling) {
+        return None;
+    }
+    Some(Next { identity: head.identity.clone(), uid: head.uid.clone(), token: next })
 }
 
 /// Runs the slot's holder clocks forward: what they say about the holder the slot's Lease
@@ -556,6 +620,8 @@ mod tests {
                 token: 4,
                 floor: 0,
                 trusted: true,
+                // b waits at the head: the hint the operator keeps while a holds.
+                next: Some(Next { identity: "b".into(), uid: "uid-b".into(), token: 5 }),
             }),
             renew_marker: Some(marker.into()),
             extra_slots: vec![],
@@ -588,6 +654,70 @@ mod tests {
             }
             other => panic!("expected a handover to b, got {other:?}"),
         }
+    }
+
+    /// Issue 12: while a claim holds, the Lease names the claim at the head of the queue as next
+    /// holder with the next token; a grant carries the hint for the waiter after it.
+    #[test]
+    fn a_claim_holder_s_lease_names_the_head_claim_as_next_holder() {
+        let b5 = Next { identity: "b".into(), uid: "uid-b".into(), token: 5 };
+        // The hint is there: nothing to write.
+        let s = step(&snapshot("r1"), secs(1), &Clocks::default()).unwrap();
+        assert!(matches!(s.plan.decision, Decision::Idle { .. }), "{:?}", s.plan.decision);
+        // No hint yet (b arrived after a's grant): write it, and only it.
+        let mut snap = snapshot("r1");
+        snap.lease.as_mut().unwrap().next = None;
+        let s = step(&snap, secs(1), &Clocks::default()).unwrap();
+        assert_eq!((s.plan.decision, s.next), (Decision::SetNext, Some(b5.clone())));
+        // A stale hint (b left, c waits): replaced; above every token in view.
+        let mut snap = snapshot("r1");
+        snap.candidates = vec![claim("a", 1, Some(4)), claim("c", 3, None), claim("old", 0, Some(9))];
+        snap.ceiling = 1000;
+        let s = step(&snap, secs(1), &Clocks::default()).unwrap();
+        let c10 = Next { identity: "c".into(), uid: "uid-c".into(), token: 10 };
+        assert_eq!((s.plan.decision, s.next), (Decision::SetNext, Some(c10)));
+        // Nobody waits any more: the hint is removed.
+        let mut snap = snapshot("r1");
+        snap.candidates.retain(|c| c.name == "a");
+        let s = step(&snap, secs(1), &Clocks::default()).unwrap();
+        assert_eq!((s.plan.decision, s.next), (Decision::SetNext, None));
+        // A grant to b carries the hint for c, the next in the queue.
+        let mut snap = snapshot("r1");
+        snap.lease = Some(LeaseView { holder: None, token: 4, floor: 0, trusted: true, next: None });
+        snap.candidates = vec![claim("b", 2, None), claim("c", 3, None)];
+        let s = step(&snap, secs(1), &Clocks::default()).unwrap();
+        assert!(
+            matches!(&s.plan.decision, Decision::UpdateLease { holder: Some(g), .. } if g.name == "b" && g.token == 5)
+        );
+        assert_eq!(s.next, Some(Next { identity: "c".into(), uid: "uid-c".into(), token: 6 }));
+    }
+
+    /// No hint when the operator must act itself: the head is a pod (ungated by the operator), a
+    /// waiter with a busy policy (it may be rejected), the holder is a pod (it releases by
+    /// ending), or the next token needs a reservation first.
+    #[test]
+    fn no_next_holder_hint_when_the_operator_must_grant() {
+        let no_hint = |snap: &Snapshot| {
+            let s = step(snap, secs(1), &Clocks::default()).unwrap();
+            assert_eq!(s.next, None, "{:?}", s.plan.decision);
+        };
+        let mut snap = snapshot("r1");
+        snap.lease.as_mut().unwrap().next = None;
+        snap.candidates[0].kind = HolderKind::Pod;
+        no_hint(&snap);
+        let mut snap = snapshot("r1");
+        snap.lease.as_mut().unwrap().next = None;
+        snap.candidates[0].max_wait = Some(secs(60));
+        no_hint(&snap);
+        let mut snap = snapshot("r1");
+        snap.lease.as_mut().unwrap().next = None;
+        snap.ceiling = 4;
+        no_hint(&snap);
+        let mut snap = snapshot("r1");
+        let lease = snap.lease.as_mut().unwrap();
+        (lease.next, lease.holder.as_mut().unwrap().kind) = (None, HolderKind::Pod);
+        snap.candidates[1].kind = HolderKind::Pod;
+        no_hint(&snap);
     }
 
     #[test]
@@ -649,7 +779,7 @@ mod tests {
 
     /// A semaphore of `max` slots, every slot's Lease free, these candidates.
     fn semaphore(max: u32, candidates: Vec<Candidate>) -> Snapshot {
-        let free = LeaseView { holder: None, token: 0, floor: 0, trusted: true };
+        let free = LeaseView { holder: None, token: 0, floor: 0, trusted: true, next: None };
         let extra = (1..max).map(|_| SlotLease { lease: Some(free.clone()), renew_marker: None }).collect();
         Snapshot {
             lease: Some(free),
@@ -670,6 +800,7 @@ mod tests {
             token: c.token.unwrap(),
             floor: 0,
             trusted: true,
+            next: None,
         };
         match k {
             0 => s.lease = Some(view),

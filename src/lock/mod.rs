@@ -27,6 +27,13 @@ pub const HOLDER_UID_ANNOTATION: &str = "leasehold.dev/holder-uid";
 pub const HOLDER_KIND_ANNOTATION: &str = "leasehold.dev/holder-kind";
 /// Lease annotation: every token issued before the Lease was (re)created is <= this number.
 pub const TOKEN_FLOOR_ANNOTATION: &str = "leasehold.dev/token-floor";
+/// Lease annotation: the next-holder hint's `holderIdentity`, the waiting claim a claim holder
+/// hands the lock to when it releases ([`grant::Next`]).
+pub const NEXT_HOLDER_ANNOTATION: &str = "leasehold.dev/next-holder";
+/// Lease annotation: the next-holder hint's claim UID.
+pub const NEXT_HOLDER_UID_ANNOTATION: &str = "leasehold.dev/next-holder-uid";
+/// Lease annotation: the next-holder hint's fencing token (decimal).
+pub const NEXT_TOKEN_ANNOTATION: &str = "leasehold.dev/next-token";
 /// Label on every Lease the operator manages: the lock's name.
 pub const LEASE_LABEL: &str = "leasehold.dev/lock";
 /// Annotation on a pod that asks for several locks of its namespace at once (issue 14,

@@ -45,6 +45,7 @@ fn lease(holder: Option<&str>, token: i64) -> LeaseView {
         token,
         floor: 0,
         trusted: true,
+        next: None,
     }
 }
 
