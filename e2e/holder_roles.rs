@@ -164,6 +164,63 @@ async fn a_service_account_bound_only_to_the_holder_role_holds_locks() {
     guard.release().await.expect("release");
     wait_released(&ns, "l").await;
 
+    // (b2) Issue 12: the Lease policy lets a holder hand its grant to the next holder the operator
+    // named in the Lease, exactly as named, and lets nobody but the operator set that hint.
+    let kc2 = service_account(&ns, "runner2", Some(&holder_role));
+    let runner2 = client_for(&kc2).await;
+    let user2 = user_of(&ns, "runner2");
+    let locks2: Api<DistributedLock> = Api::namespaced(runner2.clone(), &ns.ns);
+    wait_until("runner2 may get lock l", WAIT, || async { locks2.get("l").await.is_ok() }).await;
+    let first = Holder::new(runner.clone(), &ns.ns, "l", &user).acquire(Some(WAIT)).await.expect("runner acquires");
+    let second = Holder::new(runner2.clone(), &ns.ns, "l", &user2);
+    let second = tokio::spawn(async move { second.acquire(Some(WAIT)).await });
+    let admin_leases = ns.api::<Lease>();
+    wait_until("the Lease names runner2 as next holder", WAIT, || async {
+        admin_leases.get("l").await.is_ok_and(|l| l.annotations().get("leasehold.dev/next-holder") == Some(&user2))
+    })
+    .await;
+    let policy = format!("{}-lease-grants", release.fullname());
+    let as_runner: Api<Lease> = Api::namespaced(runner.clone(), &ns.ns);
+    let forged = json!({"metadata": {"annotations": {"leasehold.dev/next-holder": "someone-else"}}});
+    crate::install::assert_denied(
+        as_runner.patch("l", &PatchParams::default(), &Patch::Merge(&forged)).await,
+        &policy,
+        "next-holder hint",
+    );
+    let hinted = admin_leases.get("l").await.unwrap();
+    let next_uid = hinted.annotations()["leasehold.dev/next-holder-uid"].clone();
+    let off_by_one = json!({
+        "metadata": {"annotations": {
+            "leasehold.dev/holder-uid": next_uid, "leasehold.dev/fencing-token": "999",
+            "leasehold.dev/next-holder": null, "leasehold.dev/next-holder-uid": null, "leasehold.dev/next-token": null,
+        }},
+        "spec": {"holderIdentity": user2},
+    });
+    crate::install::assert_denied(
+        as_runner.patch("l", &PatchParams::default(), &Patch::Merge(&off_by_one)).await,
+        &policy,
+        "fencing token",
+    );
+    // The handover itself, exactly as the hint says (server-side dry run): admitted.
+    let handover = json!({
+        "metadata": {"annotations": {
+            "leasehold.dev/holder-uid": hinted.annotations()["leasehold.dev/next-holder-uid"],
+            "leasehold.dev/holder-kind": "Claim",
+            "leasehold.dev/fencing-token": hinted.annotations()["leasehold.dev/next-token"],
+            "leasehold.dev/next-holder": null, "leasehold.dev/next-holder-uid": null, "leasehold.dev/next-token": null,
+        }},
+        "spec": {"holderIdentity": user2},
+    });
+    let dry = PatchParams { dry_run: true, ..PatchParams::default() };
+    crate::install::assert_allowed(as_runner.patch("l", &dry, &Patch::Merge(&handover)).await, "the handover");
+    let token = first.token();
+    first.release().await.expect("runner hands over");
+    let second = second.await.unwrap().expect("runner2 acquires");
+    assert_eq!(second.token(), token + 1);
+    assert_eq!(lease_holder(&ns, "l").await.as_deref(), Some(user2.as_str()));
+    second.release().await.expect("runner2 releases");
+    wait_released(&ns, "l").await;
+
     // (c) Nothing beyond that: the Lease only by read, watch (the wait for the grant) and
     // compare-and-swap (update, or patch with the grant's resourceVersion, which gives no more
     // than update: what a holder may change in a Lease is the chart's Lease policy's business),

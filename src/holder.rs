@@ -908,6 +908,8 @@ async fn clear_holder(
     // grant's version is known: that clears, as the hint is not known); after a 409, from a fresh
     // read.
     let mut last = known.take();
+    // False once the Lease policy refused the handover (403: a chart from before it): clear.
+    let mut use_hint = true;
     loop {
         let mut lease = match last.take() {
             Some(Known::Object(l)) => *l,
@@ -930,10 +932,20 @@ async fn clear_holder(
         if !names_us(&lease, identity, claim_uid) {
             return Ok(false);
         }
+        let read = lease.clone();
+        if !use_hint {
+            crate::lease::put_next(&mut lease, None);
+        }
+        let handing = crate::lease::next(&lease).is_some();
         hand_over(&mut lease, Timestamp::now());
         match leases.replace(lease_name, &PostParams::default(), &lease).await {
             Ok(_) => return Ok(true),
             Err(kube::Error::Api(s)) if s.code == 409 => continue,
+            Err(kube::Error::Api(s)) if s.code == 403 && handing => {
+                tracing::debug!(message = %s.message, "the handover was refused: releasing instead");
+                use_hint = false;
+                last = Some(Known::Object(Box::new(read)));
+            }
             Err(e) => return Err(HolderError::Kube { op: "release Lease", source: e }),
         }
     }
