@@ -23,10 +23,11 @@
 //!   one rejected while it ran keeps running until the kubelet has stopped it. Ground truth "its
 //!   work runs" = ungated and not finished. A granted pod may never start (nothing forces
 //!   `PodStarts`): the start timeout deletes it, gracefully (it may start at the edge).
-//! - **Claims and their holder process**: learns its grant from its claim's status or from the
-//!   Lease that names it (whichever it sees first; the Lease is written one write earlier), or
-//!   gives up once it sees its claim rejected or gone (then it never acts on a grant), renews the
-//!   Lease (owner-verified),
+//! - **Claims and their holder process**: learns its grant from the Lease that names it (seen on
+//!   its watch, or read once its claim's status shows a token; the token is always the Lease's),
+//!   or gives up once it sees its claim rejected or gone (then it never acts on a grant), renews
+//!   the Lease (owner-verified), releases it (owner-verified; to the Lease's next-holder hint, if
+//!   there is one: issue 12),
 //!   gives up `renewDeadline` after the start of its last successful renewal, can be paused
 //!   (SIGSTOP) past its deadline, can have its claim deleted under it; a per-claim busy policy.
 //! - **Third parties**: the Lease deleted, or edited to name a waiter with a plausible UID and
@@ -768,7 +769,11 @@ impl World {
         if token > ceiling || floor.is_some_and(|f| f > ceiling) {
             self.broken.get_or_insert("I2: the Lease was written above the reservation");
         }
-        if holder.is_some() && self.last_handed(owner, slot as u8).is_some_and(|last| token < last) {
+        // The next grant's token is above the Lease's token and its floor (`fencing::next_token`):
+        // a Lease recreated above a fresh reservation may name an adopted holder with an older
+        // token without any later token repeating one handed out.
+        let written_floor = floor.or(base.and_then(|b| b.floor)).unwrap_or(0);
+        if holder.is_some() && self.last_handed(owner, slot as u8).is_some_and(|last| token.max(written_floor) < last) {
             self.broken.get_or_insert("I2: the operator moved the Lease's token below one it handed out");
         }
         let lease = LeaseObj {

@@ -590,7 +590,8 @@ fn holding(holder: Grant, decision: Decision, mut waiters: Vec<&Candidate>) -> P
 /// this lock cannot be stopped by the operator, so when the Lease disagrees with it (a hand-edited
 /// holder or token, a holder pod whose lock annotation was changed) the Lease is repaired to name
 /// the running holder with its own token, and nothing else is granted meanwhile:
-/// - the Lease's holder runs ungated with a token other than the Lease's: repair to that token;
+/// - the Lease's holder pod runs ungated with a token other than the Lease's: repair to that
+///   token (a claim holder's status is patched from the Lease instead);
 /// - another pod runs with a grant at least as new as the Lease's holder's (or the Lease names
 ///   nobody or someone unknown): repair to the newest running grant.
 ///
@@ -602,7 +603,19 @@ fn repair(obs: &Observation<'_>, lease: &LeaseView) -> Result<Option<Decision>, 
         obs.pods.iter().find(|c| c.identity == h.name && Some(&c.uid) == h.uid.as_ref() && !c.is_terminal())
     });
     let target = match (holder, best) {
-        (Some(h), _) if !h.gated && h.token.is_some() && (h.token != Some(lease.token) || !lease.trusted) => h,
+        // A pod runs with the token its annotation carries: the Lease follows it. A claim's status
+        // is only a record of its grant (its process acts on the Lease's token, `holder`): a
+        // status that disagrees is patched from the Lease (`HolderState::NeedsPatch`), never the
+        // other way (found by the model checker, run "handover" to depth 14: a stale operator
+        // regranted a released claim, and the repair moved the Lease's token back to its status).
+        // A hand-edited Lease whose tokens are unreadable is repaired (and re-floored) either way.
+        (Some(h), _)
+            if !h.gated
+                && h.token.is_some()
+                && ((h.kind == HolderKind::Pod && h.token != Some(lease.token)) || !lease.trusted) =>
+        {
+            h
+        }
         (Some(h), Some(b)) => {
             let h_token = if h.gated { lease.token } else { h.token.unwrap_or(0) };
             if b.uid == h.uid || b.token.unwrap_or(0) < h_token {

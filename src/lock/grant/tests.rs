@@ -231,6 +231,18 @@ fn lease_naming_a_waiter_with_the_running_holders_token_is_repaired() {
     assert_eq!(plan.decision, Decision::RepairLease { holder: granted("c", 1002).unwrap(), floor: None });
 }
 
+/// A claim's status is a record: a Lease that names the claim with another token (a stale
+/// operator's grant, or its own status patch landing late) is kept, and the status is patched from
+/// it; the Lease is never moved back to the status's token (model run "handover", depth 14).
+#[test]
+fn a_claim_status_that_disagrees_with_the_lease_is_patched_from_it() {
+    let x = crate::lock::machine::test_claim("x", 1, Some(1));
+    let mut l = lease(None, 3);
+    l.holder = Some(Holder { name: "x".into(), uid: Some("uid-x".into()), kind: HolderKind::Claim });
+    let plan = decide(&obs(Some(&l), &[x])).unwrap();
+    assert!(matches!(&plan.decision, Decision::PatchHolder(g) if g.name == "x" && g.token == 3), "{:?}", plan.decision);
+}
+
 #[test]
 fn edited_lease_token_is_repaired_never_pushed_to_the_pod() {
     let pods = [running("b", 1, 2), pod("w", 2)];
