@@ -315,7 +315,7 @@ impl Holder {
         name: &str,
         uid: &str,
         created_rv: &str,
-    ) -> Result<(i64, u32, String, Option<Known>), HolderError> {
+    ) -> Result<(Granted, Option<LeaseWatch>), HolderError> {
         use futures::future::ready;
         // The claim: one WATCH from the version its create returned (every change after the
         // create, no list). Should that watch fail or end (410 Gone, the server's timeout), the
@@ -375,7 +375,7 @@ impl Holder {
                     match ev {
                         Some(Ok(WatchEvent::Added(l) | WatchEvent::Modified(l))) => {
                             if let Some(grant) = grant_in(&l, &self.lock, &self.identity, uid) {
-                                return Ok(grant);
+                                return Ok((grant, lease_events));
                             }
                         }
                         Some(Ok(WatchEvent::Deleted(_) | WatchEvent::Bookmark(_))) => {}
@@ -428,7 +428,7 @@ impl Holder {
                 let lease_name = status.lease_name.unwrap_or_else(|| self.lock.clone());
                 let lease = leases.get_opt(&lease_name).await.map_err(kube_err("get Lease"))?;
                 if let Some(grant) = lease.and_then(|l| grant_in(&l, &self.lock, &self.identity, uid)) {
-                    return Ok(grant);
+                    return Ok((grant, lease_events));
                 }
                 tracing::debug!(lock = %self.lock, token, "the claim's status names a grant the Lease does not: waiting");
                 continue;
@@ -448,7 +448,7 @@ impl Holder {
 /// itself, so the first renewal or the release, a next-holder handover included, needs no read). `None` for a Lease that names someone else, a Lease whose name is no slot's
 /// of this lock (`lease::slot_lease_name`), or one whose token annotation is missing or
 /// unreadable (the claim's status then brings the grant).
-fn grant_in(lease: &Lease, lock: &str, identity: &str, claim_uid: &str) -> Option<(i64, u32, String, Option<Known>)> {
+fn grant_in(lease: &Lease, lock: &str, identity: &str, claim_uid: &str) -> Option<Granted> {
     if !names_us(lease, identity, claim_uid) {
         return None;
     }
@@ -456,6 +456,27 @@ fn grant_in(lease: &Lease, lock: &str, identity: &str, claim_uid: &str) -> Optio
     let slot = if name == lock { 0 } else { crate::lease::slot_of_lease_name(lock, &name)? };
     let token = crate::lock::fencing::parse_token(lease.annotations().get(TOKEN_ANNOTATION)?)?;
     Some((token, slot, name, Some(Known::Object(Box::new(lease.clone())))))
+}
+
+/// A grant as the wait found it: (fencing token, slot, Lease name, the Lease or its version).
+type Granted = (i64, u32, String, Option<Known>);
+
+/// The Lease watch of the wait for the grant, kept while the lock is held ([`follow_lease`]).
+type LeaseWatch = futures::stream::BoxStream<'static, kube::Result<WatchEvent<Lease>>>;
+
+/// Keeps `known` at the newest version of the held Lease that still names this holder, from the
+/// watch that brought the grant: a write of the operator's (the next-holder hint, issue 12) then
+/// costs the release or the next renewal no 409 and no read. A stale version only costs a 409
+/// and a read (every write is a compare-and-swap); the watch ending (the server's timeout) only
+/// ends the following.
+async fn follow_lease(mut events: LeaseWatch, known: KnownLease, identity: String, claim_uid: String) {
+    while let Some(Ok(ev)) = events.next().await {
+        match ev {
+            WatchEvent::Added(l) | WatchEvent::Modified(l) if names_us(&l, &identity, &claim_uid) => known.set(l),
+            WatchEvent::Error(_) => return,
+            _ => {}
+        }
+    }
 }
 
 /// A place in a lock's queue (a `DistributedLockClaim`), from [`Holder::enqueue`].
@@ -500,14 +521,15 @@ impl Ticket {
     /// [`HolderError::NotHolder`], [`HolderError::Kube`].
     pub async fn wait(&self, timeout: Option<Duration>) -> Result<LockGuard, HolderError> {
         let wait = self.holder.wait_for_grant(&self.claims, &self.claim_name, &self.claim_uid, &self.claim_rv);
-        let (token, slot, lease_name, known) = match timeout {
+        let ((token, slot, lease_name, known), lease_watch) = match timeout {
             Some(t) => tokio::time::timeout(t, wait)
                 .await
                 .unwrap_or_else(|_| Err(HolderError::WaitTimeout(t, self.holder.lock.clone())))?,
             None => wait.await?,
         };
         let claim = (self.claim_name.clone(), self.claim_uid.clone());
-        LockGuard::start(&self.holder, claim, (token, slot), (lease_name, known), self.timings, self.queued).await
+        let lease = (lease_name, known, lease_watch);
+        LockGuard::start(&self.holder, claim, (token, slot), lease, self.timings, self.queued).await
     }
 
     /// Leaves the queue: if the claim was granted meanwhile, first frees the Lease (owner-verified
@@ -596,6 +618,8 @@ pub struct LockGuard {
     lost_rx: watch::Receiver<Option<LostReason>>,
     renewed_rx: watch::Receiver<Instant>,
     renewer: tokio::task::JoinHandle<()>,
+    /// Keeps `known` current from the Lease watch ([`follow_lease`]), if there is one.
+    follower: Option<tokio::task::JoinHandle<()>>,
     /// `release()` ran: the drop has nothing left to do.
     released: bool,
 }
@@ -615,7 +639,7 @@ impl LockGuard {
         h: &Holder,
         (claim_name, claim_uid): (String, String),
         (token, slot): (i64, u32),
-        (lease_name, lease_known): (String, Option<Known>),
+        (lease_name, lease_known, lease_watch): (String, Option<Known>, Option<LeaseWatch>),
         timings: Resolved,
         queued: Instant,
     ) -> Result<LockGuard, HolderError> {
@@ -654,6 +678,8 @@ impl LockGuard {
         }
         let (lost_tx, lost_rx) = watch::channel(None);
         let (renewed_tx, renewed_rx) = watch::channel(started);
+        let follower =
+            lease_watch.map(|w| tokio::spawn(follow_lease(w, known.clone(), h.identity.clone(), claim_uid.clone())));
         let renewer = tokio::spawn(renew_loop(
             leases.clone(),
             lease_name.clone(),
@@ -679,6 +705,7 @@ impl LockGuard {
             lost_rx,
             renewed_rx,
             renewer,
+            follower,
             released: false,
         })
     }
@@ -734,6 +761,9 @@ impl LockGuard {
     pub async fn release(mut self) -> Result<(), HolderError> {
         self.released = true;
         self.renewer.abort();
+        if let Some(f) = &self.follower {
+            f.abort();
+        }
         let (lease_name, identity) = (&self.lease_name, &self.identity);
         match free(&self.leases, &self.claims, lease_name, identity, &self.claim_name, &self.claim_uid, &self.known)
             .await
@@ -750,6 +780,9 @@ impl Drop for LockGuard {
     /// [`LockGuard`]).
     fn drop(&mut self) {
         self.renewer.abort();
+        if let Some(f) = &self.follower {
+            f.abort();
+        }
         if self.released {
             return;
         }

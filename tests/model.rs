@@ -49,8 +49,9 @@
 //!   non-excused holders than the lock ever allowed, and a semaphore grant whose token was
 //!   reserved on a lock object allowing m holders is handed only while fewer than m others run;
 //! - **I2** tokens handed to holders of one lock object strictly increase in grant order per
-//!   slot and never repeat across slots; no token is written above that object's reservation; the operator never moves the
-//!   Lease's token below one it handed out (a recreated lock may start again at 1 once no holder
+//!   slot and never repeat across slots; no token is written above that object's reservation; the
+//!   operator never writes a Lease naming a holder whose token and floor are both below a token
+//!   it handed out (the next token is above both; a recreated lock may start again at 1 once no holder
 //!   of the old object runs; while one runs, I1 forbids anyone beside it);
 //! - **I3** a waiter is answered once: a waiter marked rejected is never granted afterwards, and
 //!   a rejection never lands on a waiter that was granted;

@@ -197,15 +197,34 @@ pub fn api_cost(
 /// Splits each handover (t0 release called, t1 acquire returned, waiter identity) at the moments
 /// the bench's watches saw: the Lease freed by the holder, the Lease naming the waiter (operator's
 /// grant, which the waiter's own Lease watch takes as the grant), and, off the waiter's path, its
-/// claim granted (operator's second write).
+/// claim granted (operator's second write). A handover with no freed version in between is the
+/// holder's own handover to the Lease's next-holder hint (issue 12): one phase to the Lease
+/// naming the waiter.
 fn handover_phases(marks: &[Mark], spans: &[(Instant, Instant, String)]) -> Vec<(String, crate::stats::Summary)> {
-    let mut p: [Vec<f64>; 4] = Default::default();
+    let mut p: [Vec<f64>; 5] = Default::default();
     for (t0, t1, who) in spans {
         let freed = marks.iter().find_map(|m| match m {
             Mark::Lease(t, None) if t >= t0 && t <= t1 => Some(*t),
             _ => None,
         });
-        let Some(freed) = freed else { continue };
+        let Some(freed) = freed else {
+            let handed = marks.iter().find_map(|m| match m {
+                Mark::Lease(t, Some(h)) if t >= t0 && t <= t1 && h == who => Some(*t),
+                _ => None,
+            });
+            if let Some(handed) = handed {
+                p[4].push(ms(handed.duration_since(*t0)));
+                p[2].push(ms(t1.saturating_duration_since(handed)));
+                let claim = marks.iter().find_map(|m| match m {
+                    Mark::ClaimGranted(t, id) if *t >= handed && id == who => Some(*t),
+                    _ => None,
+                });
+                if let Some(claim) = claim {
+                    p[3].push(ms(claim.duration_since(handed)));
+                }
+            }
+            continue;
+        };
         let granted = marks.iter().find_map(|m| match m {
             Mark::Lease(t, Some(h)) if *t >= freed && h == who => Some(*t),
             _ => None,
@@ -227,6 +246,7 @@ fn handover_phases(marks: &[Mark], spans: &[(Instant, Instant, String)]) -> Vec<
         "Lease freed -> watch sees the Lease name the waiter (operator: watch event, reconcile, PUT Lease)",
         "Lease granted -> acquire() returns (waiter: its Lease watch's event, or its claim's status if that came first)",
         "Lease granted -> watch sees the claim granted (operator: PATCH claim status; off the waiter's path)",
+        "release() called -> watch sees the Lease name the waiter (holder: PUT Lease to the next-holder hint, issue 12)",
     ];
     names.iter().zip(p.iter()).map(|(n, v)| (n.to_string(), summarize(v))).collect()
 }
