@@ -293,16 +293,18 @@ impl Holder {
 
     /// Waits for claim `name` (UID `uid`) to be granted; returns its token, its slot, the name of
     /// the Lease that records the grant (`<lock>-slot-<k>` for slot k of a semaphore, the lock's
-    /// own name for slot 0) and that Lease's resourceVersion as the grant wrote it, if known.
+    /// own name for slot 0) and that Lease as the grant wrote it, with the Lease watch (kept
+    /// while the lock is held, [`follow_lease`]).
     ///
     /// Two watches run side by side (issue 12: the handover is one write and one watch delivery
     /// shorter this way):
     /// - the lock's own Lease (by name): the operator's grant is the Lease write
     ///   that names this claim (holderIdentity and `leasehold.dev/holder-uid`) with its token, and
     ///   that write is the commit point; the claim's status is patched one write later;
-    /// - the claim: its status says `Granted` (the grant, when the Lease watch is slower or not
-    ///   allowed: a holder role from before this watch, 403), `Rejected` or `Expired`, and its
-    ///   deletion ends the wait.
+    /// - the claim: its status says `Granted` (then the Lease of its `status.leaseName` is read,
+    ///   and the grant is the Lease's if it names this claim: a status is only a record, which a
+    ///   stale operator's patch can make disagree with the Lease), `Rejected` or `Expired`, and
+    ///   its deletion ends the wait.
     ///
     /// Whichever answer comes first is the answer. A rejection that lands after the grant (an
     /// operator whose cache lagged) is not seen: the operator keeps a Lease that names a claim,
@@ -752,8 +754,10 @@ impl LockGuard {
         }
     }
 
-    /// Releases the lock: stops renewing, then clears the Lease's holder by compare-and-swap if
-    /// it still names this holder (the next waiter is granted at once), and deletes the claim.
+    /// Releases the lock: stops renewing, then, by compare-and-swap if the Lease still names this
+    /// holder, hands it to the Lease's next-holder hint (the waiting claim the operator named:
+    /// granted by this write) or clears its holder (the operator grants the next waiter at once),
+    /// and deletes the claim.
     ///
     /// # Errors
     /// [`HolderError::NotHolder`] when the Lease no longer names this holder (nothing is

@@ -6,8 +6,11 @@
 //! - `spec.acquireTime` / `spec.renewTime`: when the grant was written (operator's wall clock,
 //!   informational: expiry is never decided by comparing these with a clock);
 //! - `spec.leaseDurationSeconds`: the lock's `spec.leaseDurationSeconds`;
-//! - annotations `leasehold.dev/holder-uid`, `leasehold.dev/fencing-token`,
-//!   `leasehold.dev/token-floor` (see [`crate::lock::fencing`]);
+//! - annotations `leasehold.dev/holder-uid`, `leasehold.dev/holder-kind`,
+//!   `leasehold.dev/fencing-token`, `leasehold.dev/token-floor` (see [`crate::lock::fencing`]),
+//!   and, while a claim holds and a claim waits, the next-holder hint
+//!   `leasehold.dev/next-holder`, `leasehold.dev/next-holder-uid`, `leasehold.dev/next-token`
+//!   ([`crate::lock::grant::Next`]);
 //! - label `leasehold.dev/lock: <lock name>` and a controller ownerReference to the lock, so
 //!   deleting the lock deletes the Lease.
 //!
