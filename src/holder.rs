@@ -272,6 +272,7 @@ impl Holder {
                 identity: self.identity.clone(),
                 on_busy,
                 max_wait_seconds: None,
+                locks: None,
             },
             status: None,
         };

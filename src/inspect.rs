@@ -329,8 +329,8 @@ pub fn queue(
         .chain(
             claims
                 .iter()
-                .filter(|c| c.namespace().as_deref() == Some(ns) && c.spec.lock == lock)
-                .filter_map(candidate_of_claim),
+                .filter(|c| c.namespace().as_deref() == Some(ns))
+                .filter_map(|c| candidate_of_claim(c, lock)),
         )
         .collect();
     grant::queue_of(&candidates).into_iter().filter(|c| !holder_uids.contains(&c.uid.as_str())).cloned().collect()

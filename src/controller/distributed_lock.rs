@@ -509,8 +509,8 @@ fn candidates_of(ctx: &Context, ns: &str, lock: &str) -> Vec<Candidate> {
         .claims
         .state()
         .into_iter()
-        .filter(|c| c.namespace().as_deref() == Some(ns) && c.spec.lock == lock)
-        .filter_map(|c| candidate_of_claim(&c));
+        .filter(|c| c.namespace().as_deref() == Some(ns))
+        .filter_map(|c| candidate_of_claim(&c, lock));
     let mut written = ctx.holders_written.lock().unwrap_or_else(|e| e.into_inner());
     written.retain(|_, (_, _, at)| at.elapsed() < HOLDER_CACHE_LAG);
     pods.chain(claims).map(|c| newest(c, lock, &written)).collect()
@@ -771,15 +771,40 @@ pub fn candidate_of_pod(p: &Pod, lock: &str, node_lost: bool) -> Option<Candidat
     })
 }
 
-/// The decision's view of a claim: not granted yet = gated; granted = Running; rejected = Failed.
-pub fn candidate_of_claim(c: &DistributedLockClaim) -> Option<Candidate> {
+/// The decision's view of a claim for lock `lock`: not granted yet = gated; granted = Running;
+/// rejected = Failed. `None` for a claim without name/uid/creationTimestamp, or one that does not
+/// ask for `lock`.
+///
+/// A claim with a lock set (`spec.locks`, [`crate::crd::DistributedLockClaimSpec::lock_set`])
+/// is a candidate of each lock of its set with [`Candidate::multi`] set, as a multi-lock pod is
+/// (`docs/multi-lock.md`, the claim as the commit point): its token is `status.tokens[lock]`,
+/// `withdrawn` is `status.withdrawn[lock]`, `others_recorded` says every other lock of the set
+/// has a token in `status.tokens`, and it is gated until `status.phase` is `Granted` (or
+/// `Expired`, a granted set whose grant ended). It waits in FIFO order with no time limit.
+pub fn candidate_of_claim(c: &DistributedLockClaim, lock: &str) -> Option<Candidate> {
+    if !c.spec.concerns(lock) {
+        return None;
+    }
     let status = c.status.clone().unwrap_or_default();
-    let phase = match (status.phase, status.token) {
+    let set = c.spec.lock_set();
+    let multi = (!set.is_empty()).then(|| MultiLock {
+        unservable: false,
+        withdrawn: status.withdrawn.get(lock).copied().unwrap_or(0),
+        others_recorded: set.iter().filter(|l| *l != lock).all(|l| status.tokens.contains_key(l)),
+    });
+    let (token, granted) = match multi {
+        Some(_) => (
+            status.tokens.get(lock).copied(),
+            matches!(status.phase, Some(ClaimPhase::Granted | ClaimPhase::Expired)),
+        ),
+        None => (status.token, status.token.is_some()),
+    };
+    let phase = match status.phase {
         // `Expired` is status only: for the decision an expired claim stays what it was (a grant,
         // with its token, that the Lease no longer records), so the protocol the model checker
         // explores (tests/model.rs) is unchanged by it.
-        (Some(ClaimPhase::Rejected), _) => Phase::Failed,
-        (_, Some(_)) => Phase::Running,
+        Some(ClaimPhase::Rejected) => Phase::Failed,
+        _ if granted => Phase::Running,
         _ => Phase::Pending,
     };
     Some(Candidate {
@@ -789,20 +814,24 @@ pub fn candidate_of_claim(c: &DistributedLockClaim) -> Option<Candidate> {
         uid: c.metadata.uid.clone()?,
         resource_version: c.metadata.resource_version.clone().unwrap_or_default(),
         created: c.metadata.creation_timestamp.as_ref()?.0,
-        gated: status.token.is_none(),
+        gated: !granted,
         node_name: None,
         node_lost: false,
         phase,
         deleting: c.metadata.deletion_timestamp.is_some(),
-        token: status.token,
-        on_busy: match c.spec.on_busy {
-            OnBusy::Wait => policy::BusyPolicy::Wait,
-            OnBusy::Skip => policy::BusyPolicy::Skip,
+        token,
+        on_busy: match (c.spec.on_busy, &multi) {
+            (OnBusy::Skip, None) => policy::BusyPolicy::Skip,
+            _ => policy::BusyPolicy::Wait,
         },
-        max_wait: c.spec.max_wait_seconds.filter(|s| *s > 0).map(|s| Duration::from_secs(s as u64)),
+        max_wait: c
+            .spec
+            .max_wait_seconds
+            .filter(|s| *s > 0 && multi.is_none())
+            .map(|s| Duration::from_secs(s as u64)),
         waiting_for: None,
-        slot: status.slot.unwrap_or(0),
-        multi: None,
+        slot: if multi.is_some() { 0 } else { status.slot.unwrap_or(0) },
+        multi,
     })
 }
 
@@ -900,7 +929,7 @@ async fn patch_holder(
             let claim =
                 call("patch claim status", api.patch_status(&g.name, &PatchParams::default(), &Patch::Merge(&patch)))
                     .await?;
-            (claim.object_ref(&()), candidate_of_claim(&claim))
+            (claim.object_ref(&()), candidate_of_claim(&claim, &lock.name_any()))
         }
     };
     let holder = holder.ok_or(Error::MissingField("metadata"))?;
@@ -1009,6 +1038,11 @@ async fn reject_waiter(
         RejectReason::LockWaitTimeout => {
             format!("waited longer than its max wait for lock {}; it did not run", lock.name_any())
         }
+        RejectReason::LeaseExpired => format!(
+            "lock {} named this claim while it waited for the other locks of its set, and no renewal was seen for {} s              (leaseDurationSeconds): its process stopped; the claim gives up and the lock moves on",
+            lock.name_any(),
+            lock.spec.lease_duration_seconds
+        ),
     };
     let pp = PatchParams::default();
     let written = match kind {
@@ -1033,7 +1067,7 @@ async fn reject_waiter(
             });
             call("reject claim", api.patch_status(&r.name, &pp, &Patch::Merge(&patch)))
                 .await
-                .map(|c| (c.object_ref(&()), candidate_of_claim(&c)))
+                .map(|c| (c.object_ref(&()), candidate_of_claim(&c, &lock.name_any())))
         }
     };
     let (waiter_ref, waiter) = match written {
@@ -1173,7 +1207,7 @@ async fn expire_claims(
             Ok(claim) => {
                 tracing::info!(lock = %lock.name_any(), claim = %c.name, reason = why, "claim grant expired");
                 ctx.event(&claim.object_ref(&()), EventType::Warning, "GrantExpired", message, "Expire").await;
-                if let Some(c) = candidate_of_claim(&claim) {
+                if let Some(c) = candidate_of_claim(&claim, &lock.name_any()) {
                     snapshot.absorb_candidate(c);
                 }
             }

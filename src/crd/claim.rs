@@ -8,6 +8,8 @@
 //!   `leaseDurationSeconds` of the lock; the operator takes the lock back when it has not seen a
 //!   renewal for that long on its own monotonic clock (as client-go's leader election does).
 
+use std::collections::BTreeMap;
+
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
@@ -29,6 +31,9 @@ use serde::{Deserialize, Serialize};
 )]
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("self == oldSelf").message("a claim's spec is immutable: delete it and create a new one"))]
+#[x_kube(validation = Rule::new("!has(self.locks) || self.locks[0] == self.lock").message("spec.locks must start with spec.lock (the lock kubectl get dlclaim shows)"))]
+#[x_kube(validation = Rule::new("!has(self.locks) || self.locks.all(l, self.locks.exists_one(m, m == l))").message("spec.locks names a lock twice: every lock of a set is held once"))]
+#[x_kube(validation = Rule::new("!has(self.locks) || ((!has(self.onBusy) || self.onBusy == 'Wait') && !has(self.maxWaitSeconds))").message("a claim with spec.locks waits in FIFO order without a time limit: onBusy Skip and maxWaitSeconds are not served for lock sets (not model-checked with them)"))]
 pub struct DistributedLockClaimSpec {
     /// Name of the `DistributedLock` (same namespace).
     #[schemars(length(min = 1, max = 253))]
@@ -44,6 +49,37 @@ pub struct DistributedLockClaimSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 604800))]
     pub max_wait_seconds: Option<i32>,
+    /// Every lock the claim asks for at once (issue 14, `docs/multi-lock.md`): 2 to 8 names of
+    /// `DistributedLock`s in the claim's namespace, `spec.lock` first, no repeats (each at most 63
+    /// characters, as lock names are). The claim is granted (`status.phase: Granted`) only once
+    /// it holds all of them, each with its own fencing token in `status.tokens`; until then each
+    /// lock's grant is tentative and may be taken back (`status.withdrawn`). Unset: the claim
+    /// asks for `spec.lock` alone, as before. `onBusy: Skip` and `maxWaitSeconds` are refused
+    /// with a set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 2, max = 8), inner(length(min = 1, max = 63)))]
+    pub locks: Option<Vec<String>>,
+}
+
+impl DistributedLockClaimSpec {
+    /// The claim's lock set: `spec.locks` (blanks and repeats left out) with `spec.lock`, sorted;
+    /// empty for a claim that asks for `spec.lock` alone. The same shape as a pod's
+    /// [`crate::lock::lock_set`].
+    pub fn lock_set(&self) -> Vec<String> {
+        let Some(locks) = &self.locks else { return vec![] };
+        let mut set: std::collections::BTreeSet<String> =
+            locks.iter().map(|l| l.trim()).filter(|l| !l.is_empty()).map(String::from).collect();
+        set.insert(self.lock.clone());
+        if set.len() < 2 {
+            return vec![];
+        }
+        set.into_iter().collect()
+    }
+
+    /// Whether the claim asks for `lock`: its `spec.lock`, or a lock of its set.
+    pub fn concerns(&self, lock: &str) -> bool {
+        self.lock == lock || self.locks.as_ref().is_some_and(|ls| ls.iter().any(|l| l.trim() == lock))
+    }
 }
 
 /// What a claim wants when the lock is busy.
@@ -59,11 +95,15 @@ pub enum OnBusy {
 /// Where a claim stands.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, schemars::JsonSchema)]
 pub enum ClaimPhase {
-    /// Queued.
+    /// Queued. A claim with `spec.locks` stays `Waiting` while it holds some of its locks
+    /// tentatively (`status.tokens`), until it holds all of them.
     Waiting,
-    /// Holds the lock with `status.token`.
+    /// Holds the lock with `status.token` (a claim with `spec.locks`: holds every lock of its
+    /// set, each with its token in `status.tokens`).
     Granted,
-    /// Gave up (skip policy or max wait): `status.reason` says which.
+    /// Gave up (skip policy or max wait), or, for a claim with `spec.locks`, its process stopped
+    /// renewing a Lease that named it tentatively (`HolderLeaseExpired`): `status.reason` says
+    /// which. Never granted afterwards.
     Rejected,
     /// Was granted, and the operator took the grant back: the holder stopped renewing for
     /// `leaseDurationSeconds` (`status.reason` `HolderLeaseExpired`), or the Lease moved on to a
@@ -108,6 +148,18 @@ pub struct DistributedLockClaimStatus {
     /// no read before it (a Lease changed since answers 409, and the holder reads it then).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease_resource_version: Option<String>,
+    /// A claim with `spec.locks`: each lock's fencing token, recorded when that lock's Lease
+    /// names the claim (lock name -> token). While the claim is `Waiting` these grants are
+    /// tentative; the status patch that makes it `Granted` is made on a version that records every
+    /// other lock (a compare-and-swap on `metadata.resourceVersion`), so a `Granted` claim has
+    /// every lock's token here and every lock's Lease names it with that token.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tokens: BTreeMap<String, i64>,
+    /// A claim with `spec.locks`: per lock, the highest token whose tentative grant was taken
+    /// back (an older waiter queued for that lock, wound-wait; or the set stopped being served).
+    /// Recorded before the Lease moves on; no token at or below it is recorded again.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub withdrawn: BTreeMap<String, i64>,
 }
 
 #[cfg(test)]

@@ -350,6 +350,11 @@ pub enum RejectReason {
     LockBusy,
     /// `leasehold.dev/max-wait` elapsed.
     LockWaitTimeout,
+    /// A claim with a lock set (issue 14) was named tentatively by this lock's Lease and its
+    /// process did not renew that Lease within `leaseDurationSeconds`: the claim as a whole gives
+    /// up (it is never granted afterwards), and only then does the Lease move on, as for any
+    /// claim holder that stopped renewing.
+    LeaseExpired,
 }
 
 impl RejectReason {
@@ -358,6 +363,7 @@ impl RejectReason {
         match self {
             RejectReason::LockBusy => "LockBusy",
             RejectReason::LockWaitTimeout => "LockWaitTimeout",
+            RejectReason::LeaseExpired => "HolderLeaseExpired",
         }
     }
 }
@@ -454,6 +460,7 @@ enum HolderState {
     NeedsPatch(Grant),
     Record(Grant),
     Withdraw(Grant),
+    Expire(Grant, Reject),
     StartTimedOut(Grant),
     Released(Release),
 }
@@ -514,6 +521,9 @@ pub fn decide(obs: &Observation<'_>) -> Result<Plan, TokenExhausted> {
         }
         HolderState::Withdraw(g) => {
             return Ok(holding(g.clone(), Decision::Withdraw(g), waiters));
+        }
+        HolderState::Expire(g, r) => {
+            return Ok(holding(g, Decision::RejectWaiters(vec![r]), waiters));
         }
         HolderState::StartTimedOut(g) => {
             let decision = Decision::DeletePod { name: g.name.clone(), uid: g.uid.clone() };
@@ -685,6 +695,18 @@ fn holder_state(obs: &Observation<'_>, lease: &LeaseView, queue: &[&Candidate]) 
     if let (Some(m), true) = (&c.multi, c.gated) {
         if lease.token <= m.withdrawn {
             return release(ReleaseReason::Withdrawn);
+        }
+        // A claim's process renews the Leases that name it while it waits for the rest of its
+        // set: one that stopped (it crashed, or gave up) is rejected as a whole first (a
+        // compare-and-swap on the claim, so it can no longer be granted the set), and only then,
+        // with the claim terminal, does the Lease move on (the claim-holder expiry above).
+        if c.kind == HolderKind::Claim && obs.holder_renewed_ago.is_some_and(|d| d >= obs.settings.lease_duration) {
+            return HolderState::Expire(g, Reject {
+                name: c.name.clone(),
+                uid: c.uid.clone(),
+                resource_version: c.resource_version.clone(),
+                reason: RejectReason::LeaseExpired,
+            });
         }
         if m.unservable || queue.first().is_some_and(|head| head.uid != c.uid) {
             return HolderState::Withdraw(g);

@@ -468,10 +468,13 @@ fn with_next(snapshot: &Snapshot, candidates: &[Candidate], mut plan: Plan) -> (
 /// head of the queue when that is a claim that waits without a busy policy (`on-busy: wait`, no
 /// `max-wait`: a waiter that may be rejected is left to the operator), with the token the
 /// operator would grant it now (above every token in view, within the reserved ceiling). `None`
-/// when the holder is a pod (it releases by ending: the operator grants), the head is a pod or a
-/// multi-lock waiter, or the token needs a reservation first.
+/// when the holder is a pod (it releases by ending: the operator grants) or a claim with a lock
+/// set, the head is a pod or a multi-lock waiter, or the token needs a reservation first.
 pub fn next_holder(snapshot: &Snapshot, candidates: &[Candidate], holder: &Grant, token: i64) -> Option<Next> {
-    if holder.kind != HolderKind::Claim {
+    // A claim holding a lock set (issue 14) releases its Leases one by one and hands over none:
+    // the handover is model-checked for single-lock claims only (`tests/model.rs`, "handover").
+    let set_holder = candidates.iter().any(|c| c.uid == holder.uid && c.multi.is_some());
+    if holder.kind != HolderKind::Claim || set_holder {
         return None;
     }
     let head = grant::queue_of(candidates).into_iter().find(|w| w.uid != holder.uid)?;
