@@ -350,7 +350,7 @@ async fn reconcile_lock(lock: Arc<DistributedLock>, ctx: Arc<Context>, started: 
                 snapshot.absorb_candidate(patched);
             }
             Decision::RecordTentative(g) => {
-                snapshot.absorb_candidate(record_on_pod(&ctx, &ns, &lock, &g, PodRecord::Tentative).await?);
+                snapshot.absorb_candidate(record_on_holder(&ctx, &ns, &lock, &g, PodRecord::Tentative).await?);
             }
             Decision::Withdraw(g) => {
                 let unserved = snapshot
@@ -359,7 +359,7 @@ async fn reconcile_lock(lock: Arc<DistributedLock>, ctx: Arc<Context>, started: 
                     .any(|c| c.uid == g.uid && c.multi.as_ref().is_some_and(|m| m.unservable));
                 let why = match queue_of(&snapshot.candidates).first() {
                     _ if unserved => {
-                        let set = ctx.pods.get(&ObjectRef::new(&g.name).within(&ns)).map(|p| lock_set(p.annotations()));
+                        let set = set_of(&ctx, &ns, g.kind, &g.name);
                         let why = set.and_then(|set| lock_set_unservable(&ctx.locks, &ns, &set));
                         format!(
                             "because its lock set is not served any more ({})",
@@ -373,7 +373,7 @@ async fn reconcile_lock(lock: Arc<DistributedLock>, ctx: Arc<Context>, started: 
                     ),
                     None => "for a waiter that comes first in the queue order".into(),
                 };
-                snapshot.absorb_candidate(record_on_pod(&ctx, &ns, &lock, &g, PodRecord::Withdrawn { why }).await?);
+                snapshot.absorb_candidate(record_on_holder(&ctx, &ns, &lock, &g, PodRecord::Withdrawn { why }).await?);
             }
             Decision::DeletePod { name: pod_name, uid } => {
                 let dp = DeleteParams {
@@ -599,8 +599,8 @@ fn leave_out_unservable_sets(ctx: &Context, ns: &str, lock: &str, candidates: &m
             })
         };
         let granted = c.token.is_some() || named();
-        let Some(pod) = ctx.pods.get(&ObjectRef::new(&c.name).within(ns)) else { return true };
-        let unservable = lock_set_unservable(&ctx.locks, ns, &lock_set(pod.annotations())).is_some();
+        let Some(set) = set_of(ctx, ns, c.kind, &c.name) else { return true };
+        let unservable = lock_set_unservable(&ctx.locks, ns, &set).is_some();
         recheck |= unservable || granted;
         match (unservable, granted) {
             (false, _) => true,
@@ -614,6 +614,16 @@ fn leave_out_unservable_sets(ctx: &Context, ns: &str, lock: &str, candidates: &m
         }
     });
     recheck
+}
+
+/// The lock set of the pod or claim `name` in `ns` as the operator's cache has it
+/// ([`crate::lock::lock_set`] for a pod, [`crate::crd::DistributedLockClaimSpec::lock_set`] for
+/// a claim); `None` when it is not in the cache.
+fn set_of(ctx: &Context, ns: &str, kind: HolderKind, name: &str) -> Option<Vec<String>> {
+    match kind {
+        HolderKind::Pod => ctx.pods.get(&ObjectRef::new(name).within(ns)).map(|p| lock_set(p.annotations())),
+        HolderKind::Claim => ctx.claims.get(&ObjectRef::new(name).within(ns)).map(|c| c.spec.lock_set()),
+    }
 }
 
 /// The multi-lock state of the candidate a grant is for, `None` for a single-lock holder.
@@ -916,6 +926,25 @@ async fn patch_holder(
             let pod = call("patch Pod", api.patch(&g.name, &PatchParams::default(), &Patch::Strategic(&patch))).await?;
             (super::pod_ref(&pod), candidate_of_pod(&pod, &lock.name_any(), node_lost(ctx, &pod)))
         }
+        HolderKind::Claim if multi => {
+            // The commit of a claim's lock set: decided on a version that records every other
+            // lock's token, so the precondition makes it all-or-nothing (docs/multi-lock.md).
+            let api: Api<DistributedLockClaim> = Api::namespaced(ctx.client.clone(), ns);
+            let patch = json!({
+                "metadata": { "uid": g.uid, "resourceVersion": g.resource_version },
+                "status": {
+                    "phase": "Granted", "reason": "Granted", "message": note,
+                    "tokens": { (lock.name_any()): g.token },
+                    "lastTransitionTime": Timestamp::now(),
+                },
+            });
+            let claim = call(
+                "commit a claim's lock set",
+                api.patch_status(&g.name, &PatchParams::default(), &Patch::Merge(&patch)),
+            )
+            .await?;
+            (claim.object_ref(&()), candidate_of_claim(&claim, &lock.name_any()))
+        }
         HolderKind::Claim => {
             let api: Api<DistributedLockClaim> = Api::namespaced(ctx.client.clone(), ns);
             let patch = json!({
@@ -955,7 +984,56 @@ fn remember_written(ctx: &Context, lock: &DistributedLock, g: &Grant, holder: &C
     ctx.holders_written.lock().unwrap_or_else(|e| e.into_inner()).insert(written_key(&g.uid, &lock.name_any()), entry);
 }
 
-/// What [`record_on_pod`] writes on a gated multi-lock pod.
+/// "pod" or "claim's process", for Event notes about a multi-lock holder of `kind`.
+fn holder_noun(kind: HolderKind) -> &'static str {
+    match kind {
+        HolderKind::Pod => "pod",
+        HolderKind::Claim => "claim's process",
+    }
+}
+
+/// [`record_on_holder`] for a claim with a lock set: one merge patch of the claim's status (UID
+/// and the resourceVersion of the decision's view as preconditions; the phase stays `Waiting`)
+/// that records this lock's token in `status.tokens`, or removes it and sets
+/// `status.withdrawn[lock]` to it; `status.reason` and `status.message` say what happened. A
+/// withdrawal is also a Normal Event `LockWithdrawn` on the claim; a reservation is not (one more
+/// write per grant, issue 12: the status says it).
+async fn record_on_claim(
+    ctx: &Context,
+    lock: &DistributedLock,
+    g: &Grant,
+    what: PodRecord,
+    (reason, note): (&str, String),
+) -> Result<Candidate> {
+    let lock_name = lock.name_any();
+    let (status, what_call) = match &what {
+        PodRecord::Tentative => (
+            json!({ "tokens": { (lock_name.clone()): g.token }, "reason": reason, "message": note }),
+            "record a tentative grant on a claim",
+        ),
+        PodRecord::Withdrawn { .. } => (
+            json!({
+                "tokens": { (lock_name.clone()): null },
+                "withdrawn": { (lock_name.clone()): g.token },
+                "reason": reason, "message": note,
+            }),
+            "withdraw a tentative grant from a claim",
+        ),
+    };
+    let patch = json!({ "metadata": { "uid": g.uid, "resourceVersion": g.resource_version }, "status": status });
+    let ns = lock.namespace().unwrap_or_default();
+    let api: Api<DistributedLockClaim> = Api::namespaced(ctx.client.clone(), &ns);
+    let claim = call(what_call, api.patch_status(&g.name, &PatchParams::default(), &Patch::Merge(&patch))).await?;
+    let candidate = candidate_of_claim(&claim, &lock_name).ok_or(Error::MissingField("metadata"))?;
+    remember_written(ctx, lock, g, &candidate);
+    tracing::info!(lock = %lock_name, claim = %g.name, token = g.token, reason, "multi-lock claim updated");
+    if matches!(what, PodRecord::Withdrawn { .. }) {
+        ctx.event(&claim.object_ref(&()), EventType::Normal, reason, note, "Grant").await;
+    }
+    Ok(candidate)
+}
+
+/// What [`record_on_holder`] writes on a gated multi-lock pod.
 enum PodRecord {
     /// [`Decision::RecordTentative`]: this lock's token; the gate stays.
     Tentative,
@@ -969,12 +1047,13 @@ enum PodRecord {
 /// preconditions; the gate is not touched) on the gated multi-lock pod `g` names, for lock `lock`:
 /// records the grant's token in `<lock>.locks.leasehold.dev/fencing-token`, or removes it and sets
 /// `<lock>.locks.leasehold.dev/withdrawn` to the token (wound-wait take-back, `docs/multi-lock.md`).
-/// A Normal Event on the pod says which. Returns the pod's candidate for this lock as the API
-/// server answered.
+/// A Normal Event on the pod says which. For a claim with a lock set the same record is one
+/// patch of the claim's status ([`record_on_claim`]). Returns the holder's candidate for this lock
+/// as the API server answered.
 ///
 /// # Errors
 /// 409 when the pod changed since the decision (decided again), 404 when it is gone.
-async fn record_on_pod(
+async fn record_on_holder(
     ctx: &Context,
     ns: &str,
     lock: &DistributedLock,
@@ -987,8 +1066,9 @@ async fn record_on_pod(
             json!({ (lock_token_annotation(&lock_name)): g.token.to_string() }),
             "LockReserved",
             format!(
-                "lock {lock_name}: reserved with fencing token {}; the pod starts once it holds every lock of its set",
-                g.token
+                "lock {lock_name}: reserved with fencing token {}; the {} starts once it holds every lock of its set",
+                g.token,
+                holder_noun(g.kind)
             ),
         ),
         PodRecord::Withdrawn { why } => (
@@ -998,12 +1078,16 @@ async fn record_on_pod(
             }),
             "LockWithdrawn",
             format!(
-                "lock {lock_name}: the reservation with fencing token {} was taken back {why} (the pod had not \
+                "lock {lock_name}: the reservation with fencing token {} was taken back {why} (the {} had not \
                  started); it waits again",
-                g.token
+                g.token,
+                holder_noun(g.kind)
             ),
         ),
     };
+    if g.kind == HolderKind::Claim {
+        return record_on_claim(ctx, lock, g, what, (reason, note)).await;
+    }
     let patch =
         json!({ "metadata": { "uid": g.uid, "resourceVersion": g.resource_version, "annotations": annotations } });
     let api: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
@@ -1158,6 +1242,11 @@ async fn expire_claims(
         // next. Not an expiry: left alone (if the claim stays, the next grant's higher token
         // marks it `GrantEnded`).
         .filter(|c| !(released.is_none() && lease.holder.is_none() && c.token == Some(lease_token)))
+        // A claim with a lock set releases its Leases one by one before it deletes itself, so
+        // a lock it released may have moved on while it still releases the others: only a
+        // grant this reconcile took back itself marks it `Expired` (its process learns any
+        // loss from its own renewals).
+        .filter(|c| c.multi.is_none() || released.is_some_and(|r| r.name == c.identity))
         // Only a claim that still shows Granted, as the cache has it at the version decided on
         // (a claim this reconcile just wrote is newer than the cache: left to the next one).
         .filter(|c| {
@@ -1331,7 +1420,7 @@ async fn write_status(
                     format!("held by {}", all.join(", "))
                 }
                 _ if view.tentative => format!(
-                    "reserved for {} with token {}: it waits for the other locks of its set (leasehold.dev/locks) and has not started",
+                    "reserved for {} with token {}: it waits for the other locks of its set (leasehold.dev/locks, or the claim's spec.locks) and has not started",
                     g.name, g.token
                 ),
                 _ => format!("held by {} with token {}", g.name, g.token),
@@ -1577,6 +1666,41 @@ mod tests {
         // Not a candidate of a lock outside its set, even one its leasehold.dev/lock names.
         assert!(candidate_of_pod(&p, "c", false).is_none());
         assert!(pod_concerns_lock(&p, "a") && pod_concerns_lock(&p, "b") && !pod_concerns_lock(&p, "c"));
+    }
+
+    #[test]
+    fn a_claim_with_a_lock_set_is_a_candidate_of_each_lock_and_runs_only_once_granted() {
+        let claim = |status: serde_json::Value| -> DistributedLockClaim {
+            serde_json::from_value(json!({
+                "apiVersion": "leasehold.dev/v1alpha1", "kind": "DistributedLockClaim",
+                "metadata": {"name": "s", "namespace": "ns", "uid": "uid-s", "resourceVersion": "9",
+                             "creationTimestamp": "2026-12-04T00:00:00Z"},
+                "spec": {"lock": "b", "identity": "host", "locks": ["b", "a"], "onBusy": "Skip"},
+                "status": status,
+            }))
+            .unwrap()
+        };
+        // Waiting, a recorded (tentative), b withdrawn once: gated for both locks.
+        let c = claim(json!({"phase": "Waiting", "tokens": {"a": 7}, "withdrawn": {"b": 4}}));
+        let a = candidate_of_claim(&c, "a").unwrap();
+        assert_eq!((a.token, a.gated, a.phase, a.kind), (Some(7), true, Phase::Pending, HolderKind::Claim));
+        assert_eq!(a.multi, Some(MultiLock { withdrawn: 0, others_recorded: false, unservable: false }));
+        let b = candidate_of_claim(&c, "b").unwrap();
+        assert_eq!(b.token, None);
+        assert_eq!(b.multi, Some(MultiLock { withdrawn: 4, others_recorded: true, unservable: false }));
+        // A set waits in FIFO order whatever its busy policy says (the CRD refuses one anyway).
+        assert_eq!(b.on_busy, policy::BusyPolicy::Wait);
+        assert!(candidate_of_claim(&c, "c").is_none());
+        // Granted (the commit): a holder of both, with each lock's own token; Expired stays one.
+        for phase in ["Granted", "Expired"] {
+            let c = claim(json!({"phase": phase, "tokens": {"a": 7, "b": 5}}));
+            let b = candidate_of_claim(&c, "b").unwrap();
+            assert_eq!((b.token, b.gated, b.phase), (Some(5), false, Phase::Running), "{phase}");
+        }
+        // Rejected (it stopped renewing a tentative grant): terminal, never a waiter again.
+        let c = claim(json!({"phase": "Rejected", "tokens": {"a": 7}}));
+        let a = candidate_of_claim(&c, "a").unwrap();
+        assert!(a.is_terminal() && !a.is_waiter());
     }
 
     #[test]

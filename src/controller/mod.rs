@@ -228,6 +228,12 @@ pub fn locks_of(pod: &Pod) -> Vec<ObjectRef<DistributedLock>> {
     locks
 }
 
+/// The locks a claim concerns: its lock set, or `spec.lock` alone.
+fn claim_locks(c: &DistributedLockClaim) -> Vec<String> {
+    let set = c.spec.lock_set();
+    if set.is_empty() { vec![c.spec.lock.clone()] } else { set }
+}
+
 /// Whether `pod` asks for any lock: `leasehold.dev/lock` or a multi-lock set.
 pub fn asks_for_a_lock(pod: &Pod) -> bool {
     lock_of(pod).is_some() || !lock_set(pod.annotations()).is_empty()
@@ -338,14 +344,20 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
             .reflect(claim_writer),
         move |ev| match ev {
             watcher::Event::Apply(c) | watcher::Event::InitApply(c) => {
+                // A claim with a lock set wakes every lock of it: a record for one lock is what
+                // lets the last one grant the set.
                 if let Some(ns) = c.namespace() {
-                    let _ = tx.unbounded_send(ObjectRef::new(&c.spec.lock).within(&ns));
+                    for l in claim_locks(&c) {
+                        let _ = tx.unbounded_send(ObjectRef::new(&l).within(&ns));
+                    }
                 }
                 let _ = claim_checks.unbounded_send(pod::PodEvent::ClaimSeen(Arc::new(c.clone())));
             }
             watcher::Event::Delete(c) => {
                 if let Some(ns) = c.namespace() {
-                    let _ = tx.unbounded_send(ObjectRef::new(&c.spec.lock).within(&ns));
+                    for l in claim_locks(&c) {
+                        let _ = tx.unbounded_send(ObjectRef::new(&l).within(&ns));
+                    }
                 }
                 let _ = claim_checks.unbounded_send(pod::PodEvent::ClaimGone(c.uid().unwrap_or_default()));
             }

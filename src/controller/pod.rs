@@ -67,13 +67,28 @@ pub async fn run_checks(mut events: UnboundedReceiver<PodEvent>, pctx: Arc<PodCo
 }
 
 /// Checks one claim: a Warning Event `LockNotFound` (once per claim) while its lock does not
-/// exist. A claim that already ended (granted, expired, rejected) is not checked.
+/// exist; for a claim with a lock set, `LockSetNotServed` while the set is not served
+/// (a lock of it missing, or a semaphore). A claim that already ended (granted, expired, rejected) is not checked.
 async fn check_claim(claim: &DistributedLockClaim, pctx: &PodContext) {
     if claim.metadata.deletion_timestamp.is_some() || claim.status.as_ref().is_some_and(|s| s.phase.is_some()) {
         return;
     }
     let uid = claim.uid().unwrap_or_default();
     let ns = claim.namespace().unwrap_or_default();
+    let set = claim.spec.lock_set();
+    if !set.is_empty() {
+        // A claim with a lock set: told once while the set is not served (a lock of it is
+        // missing, or a semaphore), as a pod with the same set is.
+        match super::distributed_lock::lock_set_unservable(&pctx.locks, &ns, &set) {
+            Some(why) if pctx.first_warning(&uid, "LockSetNotServed") => {
+                let note = super::distributed_lock::lock_set_not_served_note(&set, &why);
+                pctx.ctx.event(&claim.object_ref(&()), EventType::Warning, "LockSetNotServed", note, "Wait").await;
+            }
+            Some(_) => {}
+            None => pctx.forget_warning(&uid, "LockSetNotServed"),
+        }
+        return;
+    }
     let lock = super::ObjectRef::<DistributedLock>::new(&claim.spec.lock).within(&ns);
     if pctx.locks.get(&lock).is_some() {
         pctx.forget_warning(&uid, "LockNotFound");

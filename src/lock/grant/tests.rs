@@ -555,3 +555,38 @@ fn a_withdrawn_grant_moves_the_lease_to_the_head_with_a_higher_token() {
         Decision::UpdateLease { holder: Some(ref g), released: Some(_), .. } if g.name == "m" && g.token == 5
     ));
 }
+
+/// A claim that wants several locks (issue 14), named tentatively by this lock's Lease.
+fn multi_claim(token: Option<i64>, others: bool) -> Candidate {
+    Candidate { kind: HolderKind::Claim, identity: "s-host".into(), ..multi("s", 1, token, 0, others) }
+}
+
+#[test]
+fn a_tentative_claim_whose_process_stopped_renewing_is_rejected_before_its_lease_moves() {
+    let mut l = lease(None, 4);
+    l.holder = Some(Holder { name: "s-host".into(), uid: Some("uid-s".into()), kind: HolderKind::Claim });
+    let pods = [multi_claim(Some(4), false), pod("p", 2)];
+    // Renewed recently: it keeps the lock reserved while it waits for the rest of its set.
+    let o = Observation { holder_renewed_ago: Some(Duration::from_secs(3)), ..obs(Some(&l), &pods) };
+    assert!(matches!(decide(&o).unwrap().decision, Decision::Idle { requeue_after: Some(_) }));
+    // Overdue: the claim as a whole gives up first (a compare-and-swap on the claim), and the
+    // Lease is left as it is by this step.
+    let o = Observation { holder_renewed_ago: Some(Duration::from_secs(15)), ..o };
+    let want = Reject {
+        name: "s".into(),
+        uid: "uid-s".into(),
+        resource_version: String::new(),
+        reason: RejectReason::LeaseExpired,
+    };
+    assert_eq!(decide(&o).unwrap().decision, Decision::RejectWaiters(vec![want]));
+    // Even with every other lock recorded (the commit would be next): rejected, never committed.
+    let pods = [multi_claim(Some(4), true), pod("p", 2)];
+    let o = Observation { pods: &pods, ..o };
+    assert!(matches!(decide(&o).unwrap().decision, Decision::RejectWaiters(_)));
+    // Once it is rejected (terminal), the overdue Lease moves to the next waiter, with a higher token.
+    let rejected = Candidate { phase: Phase::Failed, ..multi_claim(Some(4), false) };
+    let pods = [rejected, pod("p", 2)];
+    let o = Observation { pods: &pods, ..o };
+    let released = Some(Release { name: "s-host".into(), token: 4, reason: ReleaseReason::Expired });
+    assert_eq!(decide(&o).unwrap().decision, Decision::UpdateLease { holder: granted("p", 5), released, floor: None });
+}
