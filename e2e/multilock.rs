@@ -252,3 +252,116 @@ async fn a_reservation_is_taken_back_when_a_lock_of_the_set_is_deleted() {
     assert!(runs["single"].1["a"].unwrap() > reserved, "a's token grows past the withdrawn one: {runs:?}");
     ns.cleanup().await;
 }
+
+/// A claim object with a lock set, as the holder library creates one (`spec.lock` first).
+fn set_claim(name: &str, locks: &[&str]) -> leasehold::crd::DistributedLockClaim {
+    serde_json::from_value(json!({
+        "apiVersion": "leasehold.dev/v1alpha1", "kind": "DistributedLockClaim",
+        "metadata": {"name": name},
+        "spec": {"lock": locks[0], "identity": format!("{name}-host"), "locks": locks},
+    }))
+    .unwrap()
+}
+
+/// The Lease of `lock`: (holderIdentity, holder UID, token).
+async fn lease_of(ns: &TestNs, lock: &str) -> (Option<String>, Option<String>, Option<i64>) {
+    let l = ns.api::<k8s_openapi::api::coordination::v1::Lease>().get(lock).await.unwrap();
+    let ann = l.annotations().clone();
+    (
+        l.spec.and_then(|s| s.holder_identity),
+        ann.get(leasehold::lock::HOLDER_UID_ANNOTATION).cloned(),
+        ann.get(leasehold::lock::TOKEN_ANNOTATION).and_then(|t| t.parse().ok()),
+    )
+}
+
+/// Claims with a lock set, served by the operator with the claim as the commit point (the
+/// controller side, without the holder library): a claim for {a, b} while a pod holds b is named
+/// by a's Lease and records a's token in `status.tokens` but stays ungranted; once b is free it is
+/// granted both (`phase: Granted`, each Lease naming it with the token its status records). A
+/// claim for {c, b} whose process never renews the Lease that names it tentatively is rejected
+/// (`HolderLeaseExpired`) and only then does c move on to a younger pod. Invalid sets are refused
+/// at admission.
+#[tokio::test]
+async fn a_claim_with_a_lock_set_is_granted_only_with_every_lock_and_one_that_never_renews_is_rejected() {
+    use leasehold::crd::{ClaimPhase, DistributedLockClaim};
+    let mut ns = TestNs::new("claimset").await;
+    ns.create_lock("a", json!({"leaseDurationSeconds": 120})).await;
+    ns.create_lock("b", json!({})).await;
+    ns.create_lock("c", json!({"leaseDurationSeconds": 3})).await;
+    let claims = ns.api::<DistributedLockClaim>();
+    let pp = kube::api::PostParams::default();
+    // Refused at admission, with what is wrong.
+    for (locks, needle) in [
+        (json!(["b", "a"]), "must start with spec.lock"),
+        (json!(["a", "a"]), "names a lock twice"),
+        (json!(["a"]), "2 items"),
+    ] {
+        let bad: DistributedLockClaim = serde_json::from_value(json!({
+            "apiVersion": "leasehold.dev/v1alpha1", "kind": "DistributedLockClaim",
+            "metadata": {"name": "bad"}, "spec": {"lock": "a", "identity": "x", "locks": locks},
+        }))
+        .unwrap();
+        let e = claims.create(&pp, &bad).await.expect_err("an invalid set is refused").to_string();
+        assert!(e.contains(needle), "{needle}: {e}");
+    }
+    let skip: DistributedLockClaim = serde_json::from_value(json!({
+        "apiVersion": "leasehold.dev/v1alpha1", "kind": "DistributedLockClaim",
+        "metadata": {"name": "bad"}, "spec": {"lock": "a", "identity": "x", "locks": ["a", "b"], "onBusy": "Skip"},
+    }))
+    .unwrap();
+    let e = claims.create(&pp, &skip).await.expect_err("a busy policy with a set is refused").to_string();
+    assert!(e.contains("not served for lock sets"), "{e}");
+
+    ns.start_operator(&[]);
+    ns.create_pod(gated_pod("hb", "b", "10m")).await;
+    wait_pod(&ns, "hb", "granted b", |p| !is_gated(p)).await;
+    let s = claims.create(&pp, &set_claim("s", &["a", "b"])).await.unwrap();
+    let s_uid = s.metadata.uid.clone().unwrap();
+    let status = |c: &DistributedLockClaim| c.status.clone().unwrap_or_default();
+    wait_until("a recorded on s", WAIT_SET, || async {
+        claims.get("s").await.is_ok_and(|c| status(&c).tokens.contains_key("a"))
+    })
+    .await;
+    let s_now = claims.get("s").await.unwrap();
+    assert_ne!(status(&s_now).phase, Some(ClaimPhase::Granted), "s is granted without b: {:?}", s_now.status);
+    let (holder, uid, token) = lease_of(&ns, "a").await;
+    assert_eq!((holder.as_deref(), uid.as_deref()), (Some("s-host"), Some(s_uid.as_str())));
+    assert_eq!(token, status(&s_now).tokens.get("a").copied(), "a's Lease and s's status agree");
+
+    // t wants {c, b} and never renews: c's tentative grant expires, t is rejected, then c moves
+    // on to pc (created after t).
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    claims.create(&pp, &set_claim("t", &["c", "b"])).await.unwrap();
+    wait_until("c recorded on t", WAIT_SET, || async {
+        claims.get("t").await.is_ok_and(|c| status(&c).tokens.contains_key("c"))
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    ns.create_pod(gated_pod("pc", "c", "1s")).await;
+    wait_until("t rejected", WAIT_SET, || async {
+        claims.get("t").await.is_ok_and(|c| status(&c).phase == Some(ClaimPhase::Rejected))
+    })
+    .await;
+    let t = claims.get("t").await.unwrap();
+    assert_eq!(status(&t).reason.as_deref(), Some("HolderLeaseExpired"), "{:?}", t.status);
+    all_succeed(&ns, &["pc"], Duration::from_secs(60)).await;
+    let pc = wait_pod(&ns, "pc", "done", |_| true).await;
+    assert!(token_of(&pc).unwrap() > status(&t).tokens["c"], "c's token grows past t's");
+
+    // b frees: s gets b and is granted the set.
+    ns.kubectl(&["delete", "pod", "hb", "--grace-period=0", "--force"]);
+    wait_until("s granted", WAIT_SET, || async {
+        claims.get("s").await.is_ok_and(|c| status(&c).phase == Some(ClaimPhase::Granted))
+    })
+    .await;
+    let s_now = claims.get("s").await.unwrap();
+    for l in ["a", "b"] {
+        let (holder, uid, token) = lease_of(&ns, l).await;
+        assert_eq!((holder.as_deref(), uid.as_deref()), (Some("s-host"), Some(s_uid.as_str())), "{l}");
+        assert_eq!(token, status(&s_now).tokens.get(l).copied(), "{l}'s Lease and s's status agree");
+    }
+    ns.cleanup().await;
+}
+
+/// Waits of the claim-set test: a grant and a lease expiry (3 s) with room for a loaded machine.
+const WAIT_SET: Duration = Duration::from_secs(60);
