@@ -598,3 +598,77 @@ async fn lease_token(ns: &TestNs, lock: &str) -> i64 {
     let lease = ns.api::<Lease>().get(lock).await.unwrap();
     lease.metadata.annotations.unwrap_or_default()["leasehold.dev/fencing-token"].parse().unwrap()
 }
+
+/// `leasehold lock a,b` (issue 14): a lock set held by a process, all or nothing. While a
+/// single-lock holder keeps b for longer than a's lease (3 s), the set's claim holds a
+/// tentatively (its `status.tokens` records a, the command has not started) and keeps it by
+/// renewing a's Lease; then sets in both orders and single-lock holders of a and c all run, never
+/// two on one lock at once (each command takes a directory per lock with `mkdir`, which fails if
+/// another holder has it), and each set command gets every lock's token.
+#[tokio::test]
+async fn lock_sets_run_all_or_nothing_with_a_token_per_lock() {
+    let mut ns = TestNs::new("cliset").await;
+    ns.create_lock("a", json!({"leaseDurationSeconds": 3})).await;
+    ns.create_lock("b", json!({})).await;
+    ns.create_lock("c", json!({})).await;
+    ns.start_operator(&[]);
+    let dir = std::env::temp_dir().join(format!("lh-cliset-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let d = dir.display().to_string();
+    // Takes each lock's directory, holds for a while, gives them back, prints what it got.
+    let script = |locks: &str| {
+        format!(
+            "for l in {locks}; do mkdir {d}/$l || {{ echo OVERLAP $l; exit 9; }}; done; sleep 0.3; \
+             for l in {locks}; do rmdir {d}/$l; done; \
+             echo got tokens=$LEASEHOLD_FENCING_TOKENS a=$LEASEHOLD_FENCING_TOKEN_A b=$LEASEHOLD_FENCING_TOKEN_B lock=$LEASEHOLD_LOCK"
+        )
+    };
+    let mut hb = ns.lock_process("hb", &["b", "--identity", "hb", "--", "sleep", "600"]);
+    wait_holder(&ns, "b", "hb").await;
+    let s1 = script("a b");
+    let mut first = ns.lock_process("set1", &["a,b", "--identity", "set1", "--", "sh", "-c", &s1]);
+    let claims = ns.api::<DistributedLockClaim>();
+    wait_until("a reserved for set1", WAIT, || async {
+        claims.list(&Default::default()).await.is_ok_and(|l| {
+            l.items
+                .iter()
+                .any(|c| c.spec.identity == "set1" && c.status.as_ref().is_some_and(|s| s.tokens.contains_key("a")))
+        })
+    })
+    .await;
+    // Longer than a's lease: set1 keeps a only by renewing it while it waits.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(!first.output().contains("got"), "set1 ran without b:\n{}", first.output());
+    assert_eq!(lease_holder(&ns, "a").await.as_deref(), Some("set1"), "set1 still holds a tentatively");
+    let s2 = script("b a");
+    let sa = script("a");
+    let sc = script("c");
+    let mut others = vec![
+        ns.lock_process("set2", &["b,a", "--identity", "set2", "--", "sh", "-c", &s2]),
+        ns.lock_process("single-a", &["a", "--identity", "single-a", "--", "sh", "-c", &sa]),
+        ns.lock_process("single-c", &["c", "--identity", "single-c", "--", "sh", "-c", &sc]),
+    ];
+    hb.signal("TERM");
+    hb.wait_exit().await;
+    assert_eq!(first.wait_exit().await, 0, "set1:\n{}", first.output());
+    let mut a_tokens = vec![];
+    let out = first.output();
+    assert!(out.contains("got tokens=a=") && out.contains(",b=") && out.contains("lock=a,b"), "{out}");
+    a_tokens.push(out.split(" a=").nth(1).and_then(|r| r.split_whitespace().next()).unwrap().to_string());
+    for p in &mut others {
+        assert_eq!(p.wait_exit().await, 0, "{}", p.output());
+    }
+    let set2 = others[0].output();
+    assert!(set2.contains("got tokens=b=") && set2.contains(",a="), "{set2}");
+    a_tokens.push(set2.split(" a=").nth(1).and_then(|r| r.split_whitespace().next()).unwrap().to_string());
+    a_tokens.dedup();
+    assert_eq!(a_tokens.len(), 2, "each set holder of a got its own token of a: {a_tokens:?}");
+    // Nothing left behind: every claim deleted, every Lease free.
+    wait_until("claims deleted", WAIT, || async {
+        claims.list(&Default::default()).await.is_ok_and(|l| l.items.is_empty())
+    })
+    .await;
+    let _ = std::fs::remove_dir_all(&dir);
+    ns.cleanup().await;
+}

@@ -85,7 +85,10 @@ pub struct OperatorArgs {
 /// Options of `leasehold lock`. Durations accept `90s`, `10m`, `1h30m`, `500ms`.
 #[derive(Args, Debug, Clone)]
 pub struct LockArgs {
-    /// Name of the DistributedLock.
+    /// Name of the DistributedLock; or a lock set, comma-separated (`db-writer,bucket-writer`,
+    /// 2 to 8 locks): the command runs only once every lock is held, with each lock's token in
+    /// `LEASEHOLD_FENCING_TOKEN_<LOCK>` (upper-cased, other characters as `_`) and all of them in
+    /// `LEASEHOLD_FENCING_TOKENS` (`lock=token,...`). `--try` is refused with a set.
     pub lock: String,
     /// Namespace of the lock (default: the kubeconfig's namespace).
     #[arg(long, short = 'n')]

@@ -101,6 +101,9 @@ pub enum HolderError {
     /// within the renew deadline (seconds as a [`Duration`]).
     #[error("the first renewal did not finish within the renew deadline of {0:?}")]
     FirstRenewalTimeout(Duration),
+    /// A lock set ([`crate::holder_set::SetHolder`]) that is not 2 to 8 distinct locks.
+    #[error("invalid lock set: {0}")]
+    InvalidSet(String),
     /// The claim was deleted (by someone else) while it waited: it can never be granted.
     #[error("claim {0} was deleted while it waited for the lock")]
     ClaimDeleted(String),
@@ -132,10 +135,10 @@ pub struct Timings {
 
 /// Resolved [`Timings`] of one grant.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Resolved {
-    renew_deadline: Duration,
-    retry_period: Duration,
-    renew_period: Duration,
+pub(crate) struct Resolved {
+    pub(crate) renew_deadline: Duration,
+    pub(crate) retry_period: Duration,
+    pub(crate) renew_period: Duration,
 }
 
 /// Why a held lock was lost.
@@ -465,7 +468,7 @@ fn grant_in(lease: &Lease, lock: &str, identity: &str, claim_uid: &str) -> Optio
 type Granted = (i64, u32, String, Option<Known>);
 
 /// The Lease watch of the wait for the grant, kept while the lock is held ([`follow_lease`]).
-type LeaseWatch = futures::stream::BoxStream<'static, kube::Result<WatchEvent<Lease>>>;
+pub(crate) type LeaseWatch = futures::stream::BoxStream<'static, kube::Result<WatchEvent<Lease>>>;
 
 /// Keeps `known` at the newest version of the held Lease that still names this holder, from the
 /// watch that brought the grant: a write of the operator's (the next-holder hint, issue 12) then
@@ -532,7 +535,7 @@ impl Ticket {
         };
         let claim = (self.claim_name.clone(), self.claim_uid.clone());
         let lease = (lease_name, known, lease_watch);
-        LockGuard::start(&self.holder, claim, (token, slot), lease, self.timings, self.queued).await
+        LockGuard::start(&self.holder, claim, (token, slot), lease, self.timings, self.queued, true).await
     }
 
     /// Leaves the queue: if the claim was granted meanwhile, first frees the Lease (owner-verified
@@ -549,7 +552,7 @@ impl Ticket {
             .and_then(|c| c.status?.lease_name)
             .unwrap_or_else(|| self.holder.lock.clone());
         let (identity, known) = (&self.holder.identity, &KnownLease::default());
-        if let Err(e) = clear_holder(&leases, &lease_name, identity, &self.claim_uid, known).await {
+        if let Err(e) = clear_holder(&leases, &lease_name, identity, &self.claim_uid, known, true).await {
             tracing::debug!(error = %e, "freeing the Lease on cancel failed (it expires)");
         }
         delete_claim(&self.claims, &self.claim_name, &self.claim_uid).await;
@@ -559,7 +562,7 @@ impl Ticket {
 /// Checks and fills in the timings: lease > renew deadline > renew period >= retry period > 0.
 /// An error names each timing's value and whether it was set or defaulted (and from what), so
 /// a user who set one flag learns which default it collides with.
-fn resolve_timings(lease: Duration, t: Timings) -> Result<Resolved, HolderError> {
+pub(crate) fn resolve_timings(lease: Duration, t: Timings) -> Result<Resolved, HolderError> {
     let deadline = t.renew_deadline.unwrap_or(lease * 2 / 3);
     let retry = t.retry_period.unwrap_or(lease * 2 / 15).max(Duration::from_millis(100));
     let period = t.renew_period.unwrap_or((lease / 3).max(retry));
@@ -585,7 +588,7 @@ fn resolve_timings(lease: Duration, t: Timings) -> Result<Resolved, HolderError>
     Ok(Resolved { renew_deadline: deadline, retry_period: retry, renew_period: period })
 }
 
-async fn delete_claim(claims: &Api<DistributedLockClaim>, name: &str, uid: &str) {
+pub(crate) async fn delete_claim(claims: &Api<DistributedLockClaim>, name: &str, uid: &str) {
     let dp = DeleteParams {
         preconditions: Some(Preconditions { uid: Some(uid.into()), resource_version: None }),
         ..DeleteParams::default()
@@ -625,6 +628,9 @@ pub struct LockGuard {
     follower: Option<tokio::task::JoinHandle<()>>,
     /// `release()` ran: the drop has nothing left to do.
     released: bool,
+    /// A claim for this lock alone: the release may hand over to a next-holder hint and deletes
+    /// the claim. False for one lock of a set ([`crate::holder_set`]).
+    single: bool,
 }
 
 impl LockGuard {
@@ -638,13 +644,15 @@ impl LockGuard {
     /// a renewal (owner-verified compare-and-swap), whose start is then the reference. The model
     /// checker runs the same rule (`tests/model.rs`, `ClaimLearns`) and catches the unsafe one,
     /// counting from when the grant was learned (`Bug::HolderClockFromLearning`).
-    async fn start(
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn start(
         h: &Holder,
         (claim_name, claim_uid): (String, String),
         (token, slot): (i64, u32),
         (lease_name, lease_known, lease_watch): (String, Option<Known>, Option<LeaseWatch>),
         timings: Resolved,
         queued: Instant,
+        single: bool,
     ) -> Result<LockGuard, HolderError> {
         let renew_deadline = timings.renew_deadline;
         let known = KnownLease::default();
@@ -657,7 +665,9 @@ impl LockGuard {
         }
         let leases: Api<Lease> = Api::namespaced(h.client.clone(), &h.namespace);
         let claims: Api<DistributedLockClaim> = Api::namespaced(h.client.clone(), &h.namespace);
-        let (started, first) = if queued.elapsed() < timings.renew_period {
+        // A lock of a set is always proved first: its tentative grant may be older than the
+        // set's commit by any time.
+        let (started, first) = if single && queued.elapsed() < timings.renew_period {
             (queued, Ok(true))
         } else {
             // Prove the grant with a first renewal before the caller may act on it.
@@ -671,11 +681,14 @@ impl LockGuard {
         match first {
             Ok(true) => {}
             Ok(false) => {
-                delete_claim(&claims, &claim_name, &claim_uid).await;
+                if single {
+                    delete_claim(&claims, &claim_name, &claim_uid).await;
+                }
                 return Err(HolderError::NotHolder(h.lock.clone()));
             }
             Err(e) => {
-                let _ = free(&leases, &claims, &lease_name, &h.identity, &claim_name, &claim_uid, &known).await;
+                let _ =
+                    free(&leases, &claims, &lease_name, &h.identity, (&claim_name, &claim_uid, single), &known).await;
                 return Err(e);
             }
         }
@@ -710,6 +723,7 @@ impl LockGuard {
             renewer,
             follower,
             released: false,
+            single,
         })
     }
 
@@ -770,9 +784,8 @@ impl LockGuard {
             f.abort();
         }
         let (lease_name, identity) = (&self.lease_name, &self.identity);
-        match free(&self.leases, &self.claims, lease_name, identity, &self.claim_name, &self.claim_uid, &self.known)
-            .await
-        {
+        let claim = (self.claim_name.as_str(), self.claim_uid.as_str(), self.single);
+        match free(&self.leases, &self.claims, lease_name, identity, claim, &self.known).await {
             Ok(true) => Ok(()),
             Ok(false) => Err(HolderError::NotHolder(self.lock.clone())),
             Err(e) => Err(e),
@@ -795,8 +808,11 @@ impl Drop for LockGuard {
         let (leases, claims) = (self.leases.clone(), self.claims.clone());
         let (lock, lease_name, identity) = (self.lock.clone(), self.lease_name.clone(), self.identity.clone());
         let (claim_name, claim_uid, known) = (self.claim_name.clone(), self.claim_uid.clone(), self.known.clone());
+        let single = self.single;
         runtime.spawn(async move {
-            if let Err(e) = free(&leases, &claims, &lease_name, &identity, &claim_name, &claim_uid, &known).await {
+            if let Err(e) =
+                free(&leases, &claims, &lease_name, &identity, (&claim_name, &claim_uid, single), &known).await
+            {
                 tracing::debug!(error = %e, lock, "release of a dropped lock guard failed; the Lease will expire");
             }
         });
@@ -804,19 +820,22 @@ impl Drop for LockGuard {
 }
 
 /// A release: clears the holder of Lease `lease_name` if it still names this claim
-/// ([`clear_holder`]), then deletes the claim whatever that answered. `Ok(false)`: the Lease
-/// named someone else.
+/// ([`clear_holder`]), then, with `single` (a claim for this lock alone: `(name, uid, single)`),
+/// deletes the claim whatever that answered; a lock of a set ([`crate::holder_set`]) leaves the
+/// claim to the set, which deletes it once every Lease is freed. `Ok(false)`: the Lease named
+/// someone else.
 async fn free(
     leases: &Api<Lease>,
     claims: &Api<DistributedLockClaim>,
     lease_name: &str,
     identity: &str,
-    claim_name: &str,
-    claim_uid: &str,
+    (claim_name, claim_uid, single): (&str, &str, bool),
     known: &KnownLease,
 ) -> Result<bool, HolderError> {
-    let result = clear_holder(leases, lease_name, identity, claim_uid, known).await;
-    delete_claim(claims, claim_name, claim_uid).await;
+    let result = clear_holder(leases, lease_name, identity, claim_uid, known, single).await;
+    if single {
+        delete_claim(claims, claim_name, claim_uid).await;
+    }
     result
 }
 
@@ -826,11 +845,11 @@ async fn free(
 /// write that uses it; a stale one costs a 409 and a fresh read, never a wrong write (the
 /// resourceVersion precondition).
 #[derive(Clone, Default)]
-struct KnownLease(std::sync::Arc<std::sync::Mutex<Option<Known>>>);
+pub(crate) struct KnownLease(std::sync::Arc<std::sync::Mutex<Option<Known>>>);
 
 /// What [`KnownLease`] holds.
 #[derive(Debug, PartialEq)]
-enum Known {
+pub(crate) enum Known {
     /// The whole object: a PUT from it.
     Object(Box<Lease>),
     /// A version at which the Lease named this holder: a merge PATCH that carries it as
@@ -880,7 +899,7 @@ fn names_us(lease: &Lease, identity: &str, claim_uid: &str) -> bool {
 /// One renewal of Lease `lease_name` (the grant's: the lock's own or a semaphore slot's):
 /// compare-and-swap `renewTime` if the Lease still names us. `Ok(false)`: it does not (lost).
 /// Retries on 409 (someone else wrote in between) after re-reading.
-async fn renew(
+pub(crate) async fn renew(
     leases: &Api<Lease>,
     lease_name: &str,
     identity: &str,
@@ -934,20 +953,22 @@ async fn renew(
 /// resourceVersion read as precondition, either hands the lock to the Lease's next-holder hint
 /// (the operator's choice of the waiting claim at the head of the queue, with its token:
 /// [`crate::lock::grant::Next`]), so the next holder is granted by this one write, or clears the
-/// holder (no hint) and the operator grants. `Ok(false)`: it does not name us.
-async fn clear_holder(
+/// holder (no hint, or `may_hand_over` false: a lock of a set, which hands over nothing) and the
+/// operator grants. `Ok(false)`: it does not name us.
+pub(crate) async fn clear_holder(
     leases: &Api<Lease>,
     lease_name: &str,
     identity: &str,
     claim_uid: &str,
     known: &KnownLease,
+    may_hand_over: bool,
 ) -> Result<bool, HolderError> {
     // One PUT when the Lease is as our last write (or the grant) left it (one PATCH when only the
     // grant's version is known: that clears, as the hint is not known); after a 409, from a fresh
     // read.
     let mut last = known.take();
     // False once the Lease policy refused the handover (403: a chart from before it): clear.
-    let mut use_hint = true;
+    let mut use_hint = may_hand_over;
     loop {
         let mut lease = match last.take() {
             Some(Known::Object(l)) => *l,

@@ -17,6 +17,7 @@ pub mod error;
 #[cfg(feature = "operator")]
 pub mod health;
 pub mod holder;
+pub mod holder_set;
 #[cfg(feature = "operator")]
 pub mod inspect;
 #[cfg(feature = "operator")]

@@ -20,7 +20,55 @@ use kube::Api;
 
 use crate::cli::LockArgs;
 use crate::crd::{DistributedLock, OnBusy};
-use crate::holder::{Holder, HolderError, LockGuard, Timings};
+use crate::holder::{Holder, HolderError, LockGuard, LostReason, Timings};
+use crate::holder_set::{SetGuard, SetHolder};
+
+/// What `supervise` needs of a held lock or lock set.
+trait Held {
+    fn is_lost(&self) -> bool;
+    fn last_renewal(&self) -> tokio::sync::watch::Receiver<std::time::Instant>;
+    async fn lost(&self) -> LostReason;
+    async fn release(self) -> Result<(), HolderError>;
+}
+
+impl Held for LockGuard {
+    fn is_lost(&self) -> bool {
+        LockGuard::is_lost(self)
+    }
+    fn last_renewal(&self) -> tokio::sync::watch::Receiver<std::time::Instant> {
+        LockGuard::last_renewal(self)
+    }
+    async fn lost(&self) -> LostReason {
+        LockGuard::lost(self).await
+    }
+    async fn release(self) -> Result<(), HolderError> {
+        LockGuard::release(self).await
+    }
+}
+
+impl Held for SetGuard {
+    fn is_lost(&self) -> bool {
+        SetGuard::is_lost(self)
+    }
+    fn last_renewal(&self) -> tokio::sync::watch::Receiver<std::time::Instant> {
+        SetGuard::last_renewal(self)
+    }
+    async fn lost(&self) -> LostReason {
+        SetGuard::lost(self).await
+    }
+    async fn release(self) -> Result<(), HolderError> {
+        SetGuard::release(self).await
+    }
+}
+
+/// The environment variable that carries lock `lock`'s token with a lock set:
+/// `LEASEHOLD_FENCING_TOKEN_<LOCK>`, the name upper-cased with every other character than
+/// `A-Z` and `0-9` as `_` (`db-writer` -> `LEASEHOLD_FENCING_TOKEN_DB_WRITER`).
+pub fn token_env_var(lock: &str) -> String {
+    let name: String =
+        lock.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_uppercase() } else { '_' }).collect();
+    format!("LEASEHOLD_FENCING_TOKEN_{name}")
+}
 
 /// Exit status: `--try` found the lock busy.
 pub const EXIT_BUSY: i32 = 3;
@@ -78,6 +126,20 @@ async fn run_inner(args: LockArgs) -> anyhow::Result<i32> {
         Some(id) => id,
         None => default_identity(&client).await,
     };
+    let timings = Timings {
+        renew_deadline: args.renew_deadline.map(Into::into),
+        retry_period: args.retry_period.map(Into::into),
+        renew_period: args.renew_period.map(Into::into),
+    };
+    let set: Vec<String> = args.lock.split(',').map(str::trim).filter(|l| !l.is_empty()).map(String::from).collect();
+    if set.len() > 1 {
+        return run_set(
+            args.clone(),
+            SetHolder::new(client, &namespace, &set, &identity)?.with_timings(timings),
+            signals,
+        )
+        .await;
+    }
     let locks: Api<DistributedLock> = Api::namespaced(client.clone(), &namespace);
     let mut holder = Holder::new(client, &namespace, &args.lock, &identity).with_timings(Timings {
         renew_deadline: args.renew_deadline.map(Into::into),
@@ -129,7 +191,63 @@ async fn run_inner(args: LockArgs) -> anyhow::Result<i32> {
         Err(e) => return Err(e.into()),
     };
     tracing::info!(lock = %args.lock, identity = %identity, token = guard.token(), "lock granted; starting command");
-    supervise(args, guard, kill_grace, ticket_deadline, signals).await
+    let env = vec![
+        ("LEASEHOLD_FENCING_TOKEN".to_string(), guard.token().to_string()),
+        ("LEASEHOLD_SLOT".to_string(), guard.slot().to_string()),
+        ("LEASEHOLD_HOLDER".to_string(), guard.identity().to_string()),
+        ("LEASEHOLD_LOCK".to_string(), args.lock.clone()),
+    ];
+    supervise(args, guard, env, kill_grace, ticket_deadline, signals).await
+}
+
+/// `leasehold lock a,b -- cmd`: the lock set path (issue 14, `crate::holder_set`). `--try` is
+/// refused (a set waits in FIFO order; the CRD refuses a busy policy with a set). The command
+/// gets `LEASEHOLD_LOCK` (the list as given), `LEASEHOLD_HOLDER`, one
+/// `LEASEHOLD_FENCING_TOKEN_<LOCK>` per lock ([`token_env_var`]) and `LEASEHOLD_FENCING_TOKENS`
+/// (`lock=token` pairs, comma-separated, in the set's order).
+async fn run_set(
+    args: LockArgs,
+    holder: SetHolder,
+    mut signals: tokio::sync::mpsc::UnboundedReceiver<Signal>,
+) -> anyhow::Result<i32> {
+    if args.r#try {
+        eprintln!("leasehold lock: --try is not served for a lock set ({}): a set waits in FIFO order", args.lock);
+        return Ok(EXIT_ERROR);
+    }
+    let ticket = holder.enqueue().await?;
+    let deadline = ticket.renew_deadline();
+    let grace = match kill_grace(args.kill_grace.map(Into::into), ticket.lease_duration(), deadline) {
+        Ok(g) => g,
+        Err(message) => {
+            ticket.cancel().await;
+            eprintln!("leasehold lock: {message}");
+            return Ok(EXIT_ERROR);
+        }
+    };
+    let acquired = tokio::select! {
+        r = ticket.wait(args.wait_timeout.map(Into::into)) => r,
+        Some(sig) = signals.recv() => { ticket.cancel().await; return Ok(128 + sig as i32) }
+    };
+    let guard = match acquired {
+        Ok(g) => g,
+        Err(e) => {
+            ticket.cancel().await;
+            eprintln!("leasehold lock: {e}");
+            return Ok(if matches!(e, HolderError::WaitTimeout(..)) { EXIT_WAIT_TIMEOUT } else { EXIT_ERROR });
+        }
+    };
+    tracing::info!(locks = %args.lock, tokens = ?guard.tokens(), "lock set granted; starting command");
+    let mut env = vec![
+        ("LEASEHOLD_HOLDER".to_string(), guard.identity().to_string()),
+        ("LEASEHOLD_LOCK".to_string(), args.lock.clone()),
+    ];
+    let pairs: Vec<String> =
+        guard.locks().iter().map(|l| format!("{l}={}", guard.token(l).unwrap_or_default())).collect();
+    env.push(("LEASEHOLD_FENCING_TOKENS".to_string(), pairs.join(",")));
+    for l in guard.locks() {
+        env.push((token_env_var(l), guard.token(l).unwrap_or_default().to_string()));
+    }
+    supervise(args, guard, env, grace, deadline, signals).await
 }
 
 /// While a claim waits, says on stderr why: who holds the lock and the claim's place in the
@@ -229,9 +347,10 @@ fn kill_grace(asked: Option<Duration>, lease: Duration, deadline: Duration) -> R
 /// Unless standard input is a terminal (an interactive command must stay in the terminal's
 /// foreground process group), the command runs in a process group of its own, and signals go to
 /// the whole group: the children of `sh -c` are stopped with it.
-async fn supervise(
+async fn supervise<G: Held>(
     args: LockArgs,
-    guard: LockGuard,
+    guard: G,
+    env: Vec<(String, String)>,
     grace: Duration,
     deadline: Duration,
     mut sig_rx: tokio::sync::mpsc::UnboundedReceiver<Signal>,
@@ -240,12 +359,7 @@ async fn supervise(
     let (program, rest) = args.command.split_first().ok_or_else(|| anyhow::anyhow!("no command given"))?;
     let own_group = !std::io::stdin().is_terminal();
     let mut command = Command::new(program);
-    command
-        .args(rest)
-        .env("LEASEHOLD_FENCING_TOKEN", guard.token().to_string())
-        .env("LEASEHOLD_SLOT", guard.slot().to_string())
-        .env("LEASEHOLD_HOLDER", guard.identity())
-        .env("LEASEHOLD_LOCK", &args.lock);
+    command.args(rest).envs(env);
     if own_group {
         command.process_group(0);
     }
@@ -306,8 +420,8 @@ async fn supervise(
 /// Starts [`crate::watchdog`] for the command `pid` (for its process group, and inside it, when
 /// it has one) and feeds it every renewal. `None` (with a warning) if it cannot be started: the
 /// command then runs without the watchdog's protection against `leasehold lock` itself dying.
-fn start_watchdog(
-    guard: &LockGuard,
+fn start_watchdog<G: Held>(
+    guard: &G,
     pid: i32,
     own_group: bool,
     deadline: Duration,
