@@ -327,10 +327,7 @@ pub fn queue(
         })
         .map(|(c, _)| c)
         .chain(
-            claims
-                .iter()
-                .filter(|c| c.namespace().as_deref() == Some(ns))
-                .filter_map(|c| candidate_of_claim(c, lock)),
+            claims.iter().filter(|c| c.namespace().as_deref() == Some(ns)).filter_map(|c| candidate_of_claim(c, lock)),
         )
         .collect();
     grant::queue_of(&candidates).into_iter().filter(|c| !holder_uids.contains(&c.uid.as_str())).cloned().collect()

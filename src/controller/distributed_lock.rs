@@ -803,10 +803,9 @@ pub fn candidate_of_claim(c: &DistributedLockClaim, lock: &str) -> Option<Candid
         others_recorded: set.iter().filter(|l| *l != lock).all(|l| status.tokens.contains_key(l)),
     });
     let (token, granted) = match multi {
-        Some(_) => (
-            status.tokens.get(lock).copied(),
-            matches!(status.phase, Some(ClaimPhase::Granted | ClaimPhase::Expired)),
-        ),
+        Some(_) => {
+            (status.tokens.get(lock).copied(), matches!(status.phase, Some(ClaimPhase::Granted | ClaimPhase::Expired)))
+        }
         None => (status.token, status.token.is_some()),
     };
     let phase = match status.phase {
@@ -834,11 +833,7 @@ pub fn candidate_of_claim(c: &DistributedLockClaim, lock: &str) -> Option<Candid
             (OnBusy::Skip, None) => policy::BusyPolicy::Skip,
             _ => policy::BusyPolicy::Wait,
         },
-        max_wait: c
-            .spec
-            .max_wait_seconds
-            .filter(|s| *s > 0 && multi.is_none())
-            .map(|s| Duration::from_secs(s as u64)),
+        max_wait: c.spec.max_wait_seconds.filter(|s| *s > 0 && multi.is_none()).map(|s| Duration::from_secs(s as u64)),
         waiting_for: None,
         slot: if multi.is_some() { 0 } else { status.slot.unwrap_or(0) },
         multi,

@@ -347,7 +347,7 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
                 // A claim with a lock set wakes every lock of it: a record for one lock is what
                 // lets the last one grant the set.
                 if let Some(ns) = c.namespace() {
-                    for l in claim_locks(&c) {
+                    for l in claim_locks(c) {
                         let _ = tx.unbounded_send(ObjectRef::new(&l).within(&ns));
                     }
                 }
@@ -355,7 +355,7 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
             }
             watcher::Event::Delete(c) => {
                 if let Some(ns) = c.namespace() {
-                    for l in claim_locks(&c) {
+                    for l in claim_locks(c) {
                         let _ = tx.unbounded_send(ObjectRef::new(&l).within(&ns));
                     }
                 }

@@ -701,12 +701,15 @@ fn holder_state(obs: &Observation<'_>, lease: &LeaseView, queue: &[&Candidate]) 
         // compare-and-swap on the claim, so it can no longer be granted the set), and only then,
         // with the claim terminal, does the Lease move on (the claim-holder expiry above).
         if c.kind == HolderKind::Claim && obs.holder_renewed_ago.is_some_and(|d| d >= obs.settings.lease_duration) {
-            return HolderState::Expire(g, Reject {
-                name: c.name.clone(),
-                uid: c.uid.clone(),
-                resource_version: c.resource_version.clone(),
-                reason: RejectReason::LeaseExpired,
-            });
+            return HolderState::Expire(
+                g,
+                Reject {
+                    name: c.name.clone(),
+                    uid: c.uid.clone(),
+                    resource_version: c.resource_version.clone(),
+                    reason: RejectReason::LeaseExpired,
+                },
+            );
         }
         if m.unservable || queue.first().is_some_and(|head| head.uid != c.uid) {
             return HolderState::Withdraw(g);
