@@ -58,7 +58,9 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
-use leasehold::lock::grant::{Candidate, Decision, Grant, Holder, HolderKind, LeaseView, MultiLock, Phase, Settings};
+use leasehold::lock::grant::{
+    Candidate, Decision, Grant, Holder, HolderKind, LeaseView, MultiLock, Phase, RejectReason, Settings,
+};
 use leasehold::lock::machine::{self, Clocks, Snapshot};
 use leasehold::lock::policy::BusyPolicy;
 use stateright::{Checker, Model, Property};
@@ -72,6 +74,8 @@ const I6: &str = "I6 in a settled state every waiter waits for a running holder 
 const BOTH_RUN: &str = "a pod holding both locks runs";
 const TAKEN_BACK: &str = "a tentative grant is taken back";
 const ALL_RAN: &str = "every pod ran, one after another";
+const CLAIM_RAN: &str = "a claim's process acts with every lock of its set";
+const CLAIM_REJECTED_MOVED: &str = "a crashed claim's tentative grant is rejected and a pod runs on that lock";
 
 /// A fault planted in the operator, to prove the checker can fail.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -89,6 +93,13 @@ enum Bug {
     /// no [`MultiLock::unservable`], so nothing takes the grant back while the pod is the head
     /// of the lock's queue, and the waiters behind it wait for a pod that cannot run.
     KeepReservedForUnserved,
+    /// The claim's process acts once every lock's Lease names its claim (tentative grants), not
+    /// on the commit (`status.phase: Granted`).
+    ActOnLeases,
+    /// A tentative grant to a claim whose renewal is overdue is freed at once, without rejecting
+    /// the claim first: its record in the claim's status stays, and a process that resumes can
+    /// be committed on it.
+    ExpireWithoutReject,
     /// A gated pod whose set is not served is left out of a lock's queue even when that lock's
     /// Lease names it (nothing recorded on the pod yet): the Lease is freed as if the pod were
     /// gone, while another operator's reconcile, on a view in which the Lease names it, still
@@ -110,7 +121,34 @@ struct Config {
     /// `x` exists at first instead, and may be deleted (at most once; created again by
     /// [`Action::CreateX`]).
     delete_x: bool,
+    /// The entry of [`Config::pods`] that is a `DistributedLockClaim` with a lock set instead of
+    /// a pod (its process: [`Proc`]); it never crashes unless `crash` is set.
+    claim: Option<usize>,
+    /// The claim's process may crash (once), after which up to [`TICKS`] lease durations pass.
+    crash: bool,
     bug: Option<Bug>,
+}
+
+/// Runs with a claim whose process may crash: at most this many [`Action::Tick`]s afterwards.
+const TICKS: u8 = 1;
+
+/// Where the process of a claim with a lock set stands (`holder_set::SetTicket::wait` and
+/// `SetGuard`): it acts only once it has seen its claim committed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Proc {
+    /// Waits for the commit, renewing every Lease that names the claim.
+    Waiting,
+    /// Saw the commit: its work runs (on every lock of its set).
+    Acting,
+    /// Stopped its work, or saw its claim rejected (it never acts then); frees its Leases one by
+    /// one, then deletes the claim.
+    Releasing,
+    /// Claim deleted.
+    Done,
+    /// Crashed (or stopped renewing for good): never acts or renews again.
+    Crashed,
+    /// Paused while it waits (SIGSTOP, a long GC): renews nothing until it resumes.
+    Paused,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -146,6 +184,8 @@ struct PodObj {
     withdrawn: [i64; LOCKS],
     /// `x.locks.leasehold.dev/fencing-token` is recorded (only for [`Config::unservable`]'s pod).
     x_token: bool,
+    /// The claim's `status.phase: Rejected` (only for [`Config::claim`]).
+    rejected: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -185,6 +225,10 @@ struct World {
     restarts: u8,
     /// `x` was deleted (once at most).
     x_deleted: bool,
+    /// The claim's process ([`Config::claim`]).
+    proc: Proc,
+    /// Whole lease durations that passed (only after the claim's process crashed).
+    ticks: u8,
     /// Events the bound must reach: bit 0 a take-back, bit 1 a multi-lock pod ungated.
     events: u8,
     broken: Option<&'static str>,
@@ -216,10 +260,29 @@ enum Action {
     DeleteX,
     /// `x`'s grant is recorded on the pod that wants it (it exists, the pod waits).
     RecordX(usize),
+    /// The claim's process sees its claim committed and starts its work.
+    SeesCommit,
+    /// The claim's process sees its claim rejected and gives up.
+    SeesRejected,
+    /// The claim's process finishes its work and starts releasing.
+    Finish,
+    /// The claim's process frees lock l's Lease (owner-verified compare-and-swap).
+    Release(usize),
+    /// The claim's process deletes its claim (every Lease freed).
+    DeleteClaim,
+    /// The claim's process crashes.
+    Crash,
+    /// The claim's process is paused while it waits, or resumes.
+    Pause,
+    Resume,
+    /// A lease duration passes (the crashed process's grants become overdue).
+    Tick,
 }
 
 const TAKE_BACK: u8 = 1;
 const MULTI_RAN: u8 = 2;
+const CLAIM_ACTED: u8 = 4;
+const CLAIM_REJECTED: u8 = 8;
 
 struct MultiModel {
     cfg: Config,
@@ -234,7 +297,7 @@ fn is_multi(cfg: &Config, i: usize) -> bool {
 }
 
 /// What the controller's conversion functions make of the modelled objects for lock `l`.
-fn snapshot(view: &View, l: usize, fresh: Option<i64>, cfg: &Config) -> Snapshot {
+fn snapshot(view: &View, l: usize, fresh: Option<i64>, cfg: &Config, renewing: bool, ticks: u8) -> Snapshot {
     let ts = |s: i64| Timestamp::from_second(1_700_000_000 + s).unwrap();
     let mut candidates = vec![];
     for (i, p) in view.pods.iter().enumerate() {
@@ -264,17 +327,21 @@ fn snapshot(view: &View, l: usize, fresh: Option<i64>, cfg: &Config) -> Snapshot
         } else {
             POD_NAMES[i]
         };
+        let is_claim = cfg.claim == Some(i);
         candidates.push(Candidate {
-            kind: HolderKind::Pod,
+            kind: if is_claim { HolderKind::Claim } else { HolderKind::Pod },
             name: name.into(),
             identity: POD_NAMES[i].into(),
             uid: uid_of(i, p.uid),
             resource_version: p.rv.to_string(),
             created: ts(cfg.pods[i].1),
             gated: p.gated,
-            node_name: (!p.gated).then(|| "node-1".to_string()),
+            node_name: (!p.gated && !is_claim).then(|| "node-1".to_string()),
             node_lost: false,
+            // `candidate_of_claim`: Rejected is Failed, committed is Running.
             phase: match p.phase {
+                _ if p.rejected => Phase::Failed,
+                _ if is_claim && !p.gated => Phase::Running,
                 PodPhase::Pending => Phase::Pending,
                 PodPhase::Running => Phase::Running,
                 PodPhase::Succeeded => Phase::Succeeded,
@@ -292,7 +359,7 @@ fn snapshot(view: &View, l: usize, fresh: Option<i64>, cfg: &Config) -> Snapshot
         holder: x.holder.map(|(i, uid)| Holder {
             name: POD_NAMES[i].into(),
             uid: Some(uid_of(i, uid)),
-            kind: HolderKind::Pod,
+            kind: if cfg.claim == Some(i) { HolderKind::Claim } else { HolderKind::Pod },
         }),
         token: x.token,
         floor: 0,
@@ -305,8 +372,11 @@ fn snapshot(view: &View, l: usize, fresh: Option<i64>, cfg: &Config) -> Snapshot
             node_loss_timeout: Duration::from_secs(10_000),
             lease_duration: Duration::from_secs(15),
         },
+        // A live claim process renews every Lease that names its claim, and its renewals are
+        // seen: the marker changes with every tick (so `renewed_ago` stays 0); a crashed one's
+        // stays as it was.
+        renew_marker: Some(if renewing { format!("t{ticks}") } else { "crashed".into() }),
         lease,
-        renew_marker: None,
         extra_slots: vec![],
         max_holders: None,
         candidates,
@@ -331,21 +401,21 @@ impl World {
         self.next_rv
     }
 
-    fn running(&self) -> impl Iterator<Item = (usize, &PodObj)> {
-        self.api
-            .pods
-            .iter()
-            .enumerate()
-            .filter_map(|(i, p)| p.as_ref().map(|p| (i, p)))
-            .filter(|(_, p)| !p.gated && p.phase != PodPhase::Succeeded)
+    /// Pods whose work runs, and the claim while its process acts.
+    fn running<'a>(&'a self, cfg: &'a Config) -> impl Iterator<Item = (usize, &'a PodObj)> + 'a {
+        self.api.pods.iter().enumerate().filter_map(|(i, p)| p.as_ref().map(|p| (i, p))).filter(move |(i, p)| {
+            if cfg.claim == Some(*i) { self.proc == Proc::Acting } else { !p.gated && p.phase != PodPhase::Succeeded }
+        })
     }
 
     /// Operator `n`'s next decision on lock `l`, with a planted bug applied.
     fn decide(&self, n: usize, l: usize, cfg: &Config) -> (Session, machine::Step) {
         let session =
             self.ops[n].sessions[l].clone().unwrap_or(Session { view: self.ops[n].cache.clone(), fresh: None });
-        let snap = snapshot(&session.view, l, session.fresh, cfg);
-        let mut step = machine::step(&snap, Duration::ZERO, &self.ops[n].clocks[l]).expect("tokens fit");
+        let renewing = !matches!(self.proc, Proc::Crashed | Proc::Paused);
+        let snap = snapshot(&session.view, l, session.fresh, cfg, renewing, self.ticks);
+        let now = Duration::from_secs(20 * u64::from(self.ticks));
+        let mut step = machine::step(&snap, now, &self.ops[n].clocks[l]).expect("tokens fit");
         if cfg.bug == Some(Bug::NoTakeBack) && matches!(step.plan.decision, Decision::Withdraw(_)) {
             step.plan.decision = Decision::Idle { requeue_after: None };
         }
@@ -462,6 +532,32 @@ impl World {
                 }
                 ok
             }
+            Decision::RejectWaiters(rs)
+                if cfg.bug == Some(Bug::ExpireWithoutReject)
+                    && rs.iter().all(|r| r.reason == RejectReason::LeaseExpired) =>
+            {
+                self.cas_lease(l, &mut view, None)
+            }
+            Decision::RejectWaiters(rs)
+                if rs.len() == 1
+                    && rs[0].reason == RejectReason::LeaseExpired
+                    && cfg.claim == Some(pod_of(&rs[0].name)) =>
+            {
+                let g = Grant {
+                    kind: HolderKind::Claim,
+                    name: rs[0].name.clone(),
+                    identity: rs[0].name.clone(),
+                    uid: rs[0].uid.clone(),
+                    resource_version: rs[0].resource_version.clone(),
+                    token: 0,
+                    slot: 0,
+                };
+                let ok = self.patch_pod(&mut view, &g, |p| p.rejected = true);
+                if ok {
+                    self.events |= CLAIM_REJECTED;
+                }
+                ok
+            }
             Decision::DeletePod { .. } | Decision::RejectWaiters(_) => {
                 self.broken.get_or_insert("no timeout or busy policy is configured: unexpected decision");
                 false
@@ -499,31 +595,57 @@ impl World {
         // `x` exists) makes progress like a running one: waiting behind it is no deadlock.
         let x_pending = (0..cfg.pods.len())
             .filter(|i| self.api.x_exists && self.api.pods[*i].is_some() && self.cfg_waits_for_x(cfg, *i));
-        let running: Vec<usize> = self.running().map(|(i, _)| i).chain(x_pending).collect();
-        let mut stuck = vec![];
-        for (i, p) in self.api.pods.iter().enumerate() {
-            if !p.as_ref().is_some_and(|p| p.gated) {
-                continue;
+        // The claim makes progress (or waits for time to pass) while it has seen no commit yet
+        // that is there, releases, or crashed (its Leases expire as time passes).
+        let claim_moves = cfg.claim.filter(|i| {
+            let committed = self.api.pods[*i].as_ref().is_some_and(|p| !p.gated);
+            let rejected = self.api.pods[*i].as_ref().is_some_and(|p| p.rejected);
+            matches!(self.proc, Proc::Releasing | Proc::Crashed | Proc::Paused)
+                || (self.proc == Proc::Waiting && (committed || rejected))
+        });
+        let moving: Vec<usize> = self.running(cfg).map(|(i, _)| i).chain(x_pending).chain(claim_moves).collect();
+        // The waiters, and which of them wait for a holder that moves: a lock of their set is
+        // held by a running holder, or named (tentatively) by the Lease for a waiter that itself
+        // waits for one that moves (pod-c behind a claim reserved a while it waits for b, which a
+        // running pod holds), to a fixpoint. A cycle of tentative holders never gets there.
+        let waiters: Vec<usize> = (0..self.api.pods.len())
+            .filter(|i| self.api.pods[*i].as_ref().is_some_and(|p| p.gated && !p.rejected))
+            .filter(|i| !(cfg.claim == Some(*i) && self.proc != Proc::Waiting))
+            .filter(|i| !self.cfg_waits_for_x(cfg, *i))
+            .collect();
+        let mut ok: Vec<usize> = vec![];
+        loop {
+            let before = ok.len();
+            for &i in &waiters {
+                if ok.contains(&i) {
+                    continue;
+                }
+                let behind_mover = (0..LOCKS).any(|l| {
+                    wants(cfg, i, l)
+                        && (moving.iter().any(|r| wants(cfg, *r, l))
+                            || self.api.leases[l]
+                                .as_ref()
+                                .and_then(|x| x.holder)
+                                .is_some_and(|(h, _)| h != i && ok.contains(&h)))
+                });
+                if behind_mover {
+                    ok.push(i);
+                }
             }
-            // Waiting for `x` (not created, or its grant not recorded yet) is not a deadlock.
-            if self.cfg_waits_for_x(cfg, i) {
-                continue;
-            }
-            let blocked = (0..LOCKS).any(|l| wants(cfg, i, l) && running.iter().any(|r| wants(cfg, *r, l)));
-            if !blocked {
-                stuck.push(POD_NAMES[i]);
+            if ok.len() == before {
+                break;
             }
         }
-        stuck
+        waiters.into_iter().filter(|i| !ok.contains(i)).map(|i| POD_NAMES[i]).collect()
     }
 }
 
 fn mutual_exclusion(w: &World, cfg: &Config) -> bool {
-    (0..LOCKS).all(|l| w.running().filter(|(i, _)| wants(cfg, *i, l)).count() <= 1)
+    (0..LOCKS).all(|l| w.running(cfg).filter(|(i, _)| wants(cfg, *i, l)).count() <= 1)
 }
 
 fn named_consistently(w: &World, cfg: &Config) -> bool {
-    w.running().all(|(i, p)| {
+    w.running(cfg).all(|(i, p)| {
         (0..LOCKS).filter(|l| wants(cfg, i, *l)).all(|l| {
             w.api.leases[l].as_ref().is_some_and(|x| x.holder == Some((i, p.uid)) && Some(x.token) == p.tokens[l])
         })
@@ -546,6 +668,7 @@ impl Model for MultiModel {
             tokens: [None; LOCKS],
             withdrawn: [0; LOCKS],
             x_token: false,
+            rejected: false,
         };
         let pods = self.cfg.pods.iter().map(|(_, _, present)| present.then(|| pod.clone())).collect();
         let created = self.cfg.pods.iter().enumerate().filter(|(_, p)| p.2).fold(0, |m, (i, _)| m | (1 << i));
@@ -562,6 +685,8 @@ impl Model for MultiModel {
             deleted: 0,
             restarts: 0,
             x_deleted: false,
+            proc: Proc::Waiting,
+            ticks: 0,
             events: 0,
             broken: None,
         }]
@@ -593,7 +718,52 @@ impl Model for MultiModel {
         } else if self.cfg.delete_x && !w.x_deleted {
             out.push(Action::DeleteX);
         }
+        if let Some(c) = self.cfg.claim {
+            let obj = w.api.pods[c].as_ref();
+            let names =
+                |l: usize| obj.is_some_and(|p| w.api.leases[l].as_ref().is_some_and(|x| x.holder == Some((c, p.uid))));
+            let wanted = || (0..LOCKS).filter(|l| wants(&self.cfg, c, *l));
+            match w.proc {
+                Proc::Waiting => {
+                    // `SetTicket::wait`: the commit, then a first renewal of every lock that
+                    // proves it (`LockGuard::start`: the Lease still names the claim).
+                    let proved = wanted().all(names);
+                    let committed = obj.is_some_and(|p| !p.gated && !p.rejected) && proved;
+                    let on_leases = self.cfg.bug == Some(Bug::ActOnLeases) && wanted().all(names);
+                    if committed || on_leases {
+                        out.push(Action::SeesCommit);
+                    }
+                    if obj.is_some_and(|p| p.rejected) {
+                        out.push(Action::SeesRejected);
+                    }
+                }
+                Proc::Acting => out.push(Action::Finish),
+                Proc::Releasing => {
+                    let named: Vec<usize> = wanted().filter(|l| names(*l)).collect();
+                    match named.first() {
+                        Some(l) => out.push(Action::Release(*l)),
+                        None => out.push(Action::DeleteClaim),
+                    }
+                }
+                _ => {}
+            }
+            if self.cfg.crash && matches!(w.proc, Proc::Waiting | Proc::Acting) {
+                out.push(Action::Crash);
+            }
+            if self.cfg.crash && w.proc == Proc::Waiting && w.ticks == 0 {
+                out.push(Action::Pause);
+            }
+            if w.proc == Proc::Paused {
+                out.push(Action::Resume);
+            }
+            if matches!(w.proc, Proc::Crashed | Proc::Paused) && w.ticks < TICKS {
+                out.push(Action::Tick);
+            }
+        }
         for (i, p) in w.api.pods.iter().enumerate() {
+            if self.cfg.claim == Some(i) {
+                continue;
+            }
             if w.api.x_exists && self.cfg.unservable == Some(i) && p.as_ref().is_some_and(|p| p.gated && !p.x_token) {
                 out.push(Action::RecordX(i));
             }
@@ -638,6 +808,7 @@ impl Model for MultiModel {
                     tokens: [None; LOCKS],
                     withdrawn: [0; LOCKS],
                     x_token: false,
+                    rejected: false,
                 });
             }
             Action::Starts(i) => {
@@ -661,6 +832,27 @@ impl Model for MultiModel {
                 let p = w.api.pods[i].as_mut()?;
                 (p.x_token, p.rv) = (true, rv);
             }
+            Action::SeesCommit => {
+                w.proc = Proc::Acting;
+                w.events |= CLAIM_ACTED;
+            }
+            // `SetHolder::acquire` cancels: it frees every Lease that names the claim, then
+            // deletes it.
+            Action::SeesRejected => w.proc = Proc::Releasing,
+            Action::Finish => w.proc = Proc::Releasing,
+            Action::Release(l) => {
+                let rv = w.rv();
+                let x = w.api.leases[l].as_mut()?;
+                (x.holder, x.rv) = (None, rv);
+            }
+            Action::DeleteClaim => {
+                w.api.pods[self.cfg.claim?] = None;
+                w.proc = Proc::Done;
+            }
+            Action::Crash => w.proc = Proc::Crashed,
+            Action::Pause => w.proc = Proc::Paused,
+            Action::Resume => w.proc = Proc::Waiting,
+            Action::Tick => w.ticks += 1,
         }
         Some(w)
     }
@@ -675,6 +867,11 @@ impl Model for MultiModel {
             Property::sometimes(TAKEN_BACK, |_, w: &World| w.events & TAKE_BACK != 0),
             Property::sometimes(ALL_RAN, |_, w: &World| {
                 w.api.pods.iter().all(|p| p.as_ref().is_some_and(|p| p.phase == PodPhase::Succeeded))
+            }),
+            Property::sometimes(CLAIM_RAN, |_, w: &World| w.events & CLAIM_ACTED != 0),
+            Property::sometimes(CLAIM_REJECTED_MOVED, |m: &MultiModel, w: &World| {
+                w.events & CLAIM_REJECTED != 0
+                    && w.running(&m.cfg).any(|(i, _)| m.cfg.claim != Some(i) && wants(&m.cfg, i, 0))
             }),
         ]
     }
@@ -743,16 +940,34 @@ const SAME_SECOND: &[(u8, i64, bool)] = &[(0b11, 1, true), (0b11, 1, true)];
 /// restart (a crash between the two Lease writes of one grant among them).
 #[test]
 fn cross_order_pods_and_a_single_lock_waiter_two_operators() {
-    let cfg =
-        Config { pods: CROSS, operators: 2, restarts: 1, deletes: false, unservable: None, delete_x: false, bug: None };
+    let cfg = Config {
+        pods: CROSS,
+        operators: 2,
+        restarts: 1,
+        deletes: false,
+        unservable: None,
+        delete_x: false,
+        claim: None,
+        crash: false,
+        bug: None,
+    };
     assert_safe("cross", cfg, 10, &[]);
 }
 
 /// The one-second tie, and the take-back it needs: two operators, lagging caches, a deletion.
 #[test]
 fn a_later_pod_that_sorts_first_takes_back_a_tentative_grant() {
-    let cfg =
-        Config { pods: TIE, operators: 2, restarts: 0, deletes: true, unservable: None, delete_x: false, bug: None };
+    let cfg = Config {
+        pods: TIE,
+        operators: 2,
+        restarts: 0,
+        deletes: true,
+        unservable: None,
+        delete_x: false,
+        claim: None,
+        crash: false,
+        bug: None,
+    };
     assert_safe("tie", cfg, 9, &[TAKEN_BACK]);
 }
 
@@ -762,7 +977,17 @@ fn a_later_pod_that_sorts_first_takes_back_a_tentative_grant() {
 fn a_planted_bug_ungate_on_the_first_lease_is_caught() {
     planted(
         Bug::UngateOnFirstLease,
-        Config { pods: CROSS, operators: 1, restarts: 0, deletes: false, unservable: None, delete_x: false, bug: None },
+        Config {
+            pods: CROSS,
+            operators: 1,
+            restarts: 0,
+            deletes: false,
+            unservable: None,
+            delete_x: false,
+            claim: None,
+            crash: false,
+            bug: None,
+        },
         9,
         I5,
     );
@@ -774,7 +999,17 @@ fn a_planted_bug_ungate_on_the_first_lease_is_caught() {
 fn a_planted_bug_no_take_back_deadlocks() {
     planted(
         Bug::NoTakeBack,
-        Config { pods: TIE, operators: 1, restarts: 0, deletes: false, unservable: None, delete_x: false, bug: None },
+        Config {
+            pods: TIE,
+            operators: 1,
+            restarts: 0,
+            deletes: false,
+            unservable: None,
+            delete_x: false,
+            claim: None,
+            crash: false,
+            bug: None,
+        },
         14,
         I6,
     );
@@ -792,6 +1027,8 @@ fn a_planted_bug_per_lock_queue_order_deadlocks() {
             deletes: false,
             unservable: None,
             delete_x: false,
+            claim: None,
+            crash: false,
             bug: None,
         },
         11,
@@ -814,6 +1051,8 @@ fn a_planted_bug_withdraw_without_pod_write_is_caught() {
         deletes: false,
         unservable: None,
         delete_x: false,
+        claim: None,
+        crash: false,
         bug: None,
     };
     planted(Bug::WithdrawWithoutPodWrite, cfg, 11, I5);
@@ -830,6 +1069,8 @@ fn one_operator_serves_both_multi_lock_pods_in_turn() {
         deletes: false,
         unservable: None,
         delete_x: false,
+        claim: None,
+        crash: false,
         bug: None,
     };
     assert_safe("in-turn", cfg, 20, &[ALL_RAN]);
@@ -851,6 +1092,8 @@ fn a_set_with_a_missing_lock_waits_unserved_then_takes_back_a_younger_grant() {
         deletes: false,
         unservable: Some(0),
         delete_x: false,
+        claim: None,
+        crash: false,
         bug: None,
     };
     assert_safe("unserved", cfg, 13, &[TAKEN_BACK]);
@@ -870,6 +1113,8 @@ fn a_set_with_a_missing_lock_two_operators_with_lagging_lock_caches() {
         deletes: false,
         unservable: Some(0),
         delete_x: false,
+        claim: None,
+        crash: false,
         bug: None,
     };
     assert_safe("unserved-two", cfg, 12, &[]);
@@ -886,6 +1131,8 @@ fn a_planted_bug_leaving_out_a_granted_pod_is_caught() {
         deletes: false,
         unservable: Some(0),
         delete_x: false,
+        claim: None,
+        crash: false,
         bug: None,
     };
     planted(Bug::LeaveOutNamed, cfg, 12, I1);
@@ -908,6 +1155,8 @@ fn a_reservation_for_a_set_no_longer_served_is_taken_back() {
         deletes: false,
         unservable: Some(0),
         delete_x: true,
+        claim: None,
+        crash: false,
         bug: None,
     };
     assert_safe("unserved-later", cfg, 18, &[TAKEN_BACK, ALL_RAN]);
@@ -924,6 +1173,8 @@ fn a_reservation_for_a_set_no_longer_served_two_operators() {
         deletes: false,
         unservable: Some(0),
         delete_x: true,
+        claim: None,
+        crash: false,
         bug: None,
     };
     assert_safe("unserved-later-two", cfg, 11, &[TAKEN_BACK]);
@@ -940,7 +1191,117 @@ fn a_planted_bug_keeping_a_reservation_for_an_unserved_set_is_caught() {
         deletes: false,
         unservable: Some(0),
         delete_x: true,
+        claim: None,
+        crash: false,
         bug: None,
     };
     planted(Bug::KeepReservedForUnserved, cfg, 12, I6);
+}
+
+/// pod-a is a claim (a process, `leasehold lock a,b`) that wants {a, b}; pod-b, a pod, wants
+/// {b, a}; pod-c wants a alone; all in the same second (the names decide: the claim first).
+const CLAIM_CROSS: &[(u8, i64, bool)] = &[(0b11, 1, true), (0b11, 1, true), (0b01, 1, true)];
+
+/// A claim with a lock set among multi-lock and single-lock pods, two operators with lagging
+/// caches and a restart: the claim's status is the commit point and its process acts only on
+/// the commit.
+#[test]
+fn a_claim_with_a_lock_set_among_pods_two_operators() {
+    let cfg = Config {
+        pods: CLAIM_CROSS,
+        operators: 2,
+        restarts: 1,
+        deletes: false,
+        unservable: None,
+        delete_x: false,
+        claim: Some(0),
+        crash: false,
+        bug: None,
+    };
+    assert_safe("claim-cross", cfg, 10, &[CLAIM_RAN]);
+}
+
+/// pod-a wants a alone and is created late, in the same second as the claim pod-b, which wants
+/// {a, b}: pod-a sorts first, so a tentative grant of a to the claim is taken back (recorded in
+/// the claim's status first), unless the claim was committed already.
+const CLAIM_LATE_SINGLE: &[(u8, i64, bool)] = &[(0b01, 1, false), (0b11, 1, true)];
+
+/// The take-back from a claim, one operator, deeper.
+#[test]
+fn a_tentative_grant_is_taken_back_from_a_claim_for_an_older_pod() {
+    let cfg = Config {
+        pods: CLAIM_LATE_SINGLE,
+        operators: 1,
+        restarts: 0,
+        deletes: false,
+        unservable: None,
+        delete_x: false,
+        claim: Some(1),
+        crash: false,
+        bug: None,
+    };
+    assert_safe("claim-take-back", cfg, 13, &[TAKEN_BACK, CLAIM_RAN]);
+}
+
+/// The checker can fail: a claim's process that acts once every Lease names its claim (its
+/// tentative grants) works beside the older pod that the take-back hands a to.
+#[test]
+fn a_planted_bug_a_claim_acting_on_its_leases_is_caught() {
+    let cfg = Config {
+        pods: CLAIM_LATE_SINGLE,
+        operators: 1,
+        restarts: 0,
+        deletes: false,
+        unservable: None,
+        delete_x: false,
+        claim: Some(1),
+        crash: false,
+        bug: None,
+    };
+    planted(Bug::ActOnLeases, cfg, 13, I1);
+}
+
+/// pod-a is a claim that wants {a, b} and may crash; pod-b, older, wants b alone; pod-c, younger,
+/// wants a alone. A crashed claim's tentative grant of a is rejected once it is overdue (the claim
+/// first, then the Lease), and pod-c runs on a.
+const CLAIM_CRASH: &[(u8, i64, bool)] = &[(0b11, 1, true), (0b10, 0, true), (0b01, 2, true)];
+
+/// A claim whose process crashes while it waits (or holds): no waiter is left behind it once
+/// its Leases are overdue.
+#[test]
+fn a_crashed_claims_tentative_grant_is_rejected_and_its_lock_moves_on() {
+    let cfg = Config {
+        pods: CLAIM_CRASH,
+        operators: 1,
+        restarts: 0,
+        deletes: false,
+        unservable: None,
+        delete_x: false,
+        claim: Some(0),
+        crash: true,
+        bug: None,
+    };
+    assert_safe("claim-crash", cfg, 14, &[CLAIM_REJECTED_MOVED]);
+}
+
+/// The checker can fail: freeing an overdue tentative grant without rejecting the claim first
+/// leaves a's record in the claim's status; a paused process that resumes is committed on that
+/// stale record once b is granted, and acts with a token a's Lease no longer carries.
+#[test]
+fn a_planted_bug_expiring_a_tentative_claim_grant_without_rejecting_the_claim_is_caught() {
+    let cfg = Config {
+        pods: CLAIM_CRASH,
+        operators: 1,
+        restarts: 0,
+        deletes: false,
+        unservable: None,
+        delete_x: false,
+        claim: Some(0),
+        crash: true,
+        bug: None,
+    };
+    let cfg = Config { bug: Some(Bug::ExpireWithoutReject), ..cfg };
+    let checker = checking::run_until_counterexample("planted ExpireWithoutReject", MultiModel { cfg }, 22, I5);
+    let t = trace(&checker, I5).expect("the checker must find the stale commit the planted bug allows");
+    eprintln!("counterexample found, as it must be:\n{t}");
 }

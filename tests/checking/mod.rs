@@ -42,7 +42,7 @@ where
 /// `property`: for a planted bug whose counterexample lies deeper than a breadth-first run fits
 /// in memory (a depth-first run keeps one path and the fingerprints it visited, not a whole
 /// frontier). Its trace is a path, not the shortest one. Prints the same report line as [`run`].
-#[allow(dead_code)] // tests/model.rs uses it; tests/multilock.rs shares this module and does not
+// Both tests/model.rs and tests/multilock.rs use it.
 pub fn run_until_counterexample<M>(
     label: &str,
     model: M,
