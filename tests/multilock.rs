@@ -34,8 +34,17 @@
 //!   time (one pod patch), never withdrawn.
 //!
 //! Not modelled here: `highestToken` (never written: the step's lower bound is the Lease's token
-//! and the candidates' tokens alone, a weaker view), time (timeouts are `tests/model.rs`'s), claims
-//! and semaphores as members of a lock set (the controller refuses both until they are modelled).
+//! and the candidates' tokens alone, a weaker view), timeouts (`tests/model.rs`'s), semaphores as
+//! members of a lock set (the controller refuses them).
+//!
+//! - **A claim with a lock set** ([`Config::claim`]): one entry may be a `DistributedLockClaim`
+//!   instead of a pod, its status the commit point (`status.tokens`, `status.withdrawn`, phase
+//!   Granted, Rejected), patched with the same preconditions; its process ([`Proc`]) acts only once
+//!   it sees the commit and each Lease still names the claim, renews while alive, frees its Leases
+//!   one by one and deletes the claim (also once it sees the claim rejected), and may crash or
+//!   pause while it waits. Time passes (a lease duration, [`Action::Tick`]) only while the process
+//!   renews nothing, so a live claim is never overdue; a process paused past its renew deadline
+//!   after the commit is `tests/model.rs`'s case (per lock it is a single claim).
 //!
 //! Invariants:
 //! - **I1** per lock, at most one pod whose work runs (ungated, not finished);
