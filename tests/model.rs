@@ -128,6 +128,8 @@ const IDLE_NO_LEASE: &str = "a lock nobody waits for stays without a Lease (it i
 const TWO_AT_ONCE: &str = "two holders of a semaphore run at once";
 const CHANGED_GRANT: &str = "a waiter is granted after maxHolders changed";
 const HINT_HANDOVER: &str = "a claim holder's release hands the lock to the next-holder hint";
+const RECORD_LATER: &str = "a claim holds by its Lease while its status record waits (claim_record_delay)";
+const RELEASE_UNRECORDED: &str = "a claim releases before its grant is recorded in its status";
 const POD_NAMES: [&str; 3] = ["pod-a", "pod-b", "pod-c"];
 const CLAIM_NAMES: [&str; 2] = ["claim-x", "claim-y"];
 
@@ -232,6 +234,9 @@ struct Config {
     change_max_holders: Option<u8>,
     /// Review: the change removes `spec.maxHolders` instead (back to a single-holder lock).
     remove_max_holders: bool,
+    /// `Settings::claim_record_delay` in seconds: 0 (the record as soon as it is due) or the
+    /// operator's 1 (`controller::CLAIM_RECORD_DELAY`).
+    record_delay_secs: u64,
     /// Per pod slot and per claim: its busy policy.
     pod_policy: [Policy; 3],
     claim_policy: [Policy; 2],
@@ -259,6 +264,7 @@ impl Config {
         max_holders: None,
         change_max_holders: None,
         remove_max_holders: false,
+        record_delay_secs: 0,
         pod_policy: [Policy::WAIT; 3],
         claim_policy: [Policy::WAIT; 2],
         bug: None,
@@ -274,6 +280,7 @@ impl Config {
             start_timeout: Duration::from_secs(self.start_timeout_secs),
             node_loss_timeout: Duration::from_secs(self.node_loss_secs),
             lease_duration: Duration::from_secs(LEASE_SECS),
+            claim_record_delay: Duration::from_secs(self.record_delay_secs),
         }
     }
 }
@@ -414,23 +421,28 @@ struct World {
     broken: Option<&'static str>,
     /// What happened on this path (coverage: [`RECLAIMED`], [`REJECTED_BUSY`],
     /// [`REJECTED_TIMEOUT`]).
-    events: u8,
+    events: u16,
 }
 
 /// A start timeout's `DeletePod` landed on its holder.
-const RECLAIMED: u8 = 1;
+const RECLAIMED: u16 = 1;
 /// A skip waiter was rejected (LockBusy).
-const REJECTED_BUSY: u8 = 2;
+const REJECTED_BUSY: u16 = 2;
 /// A max-wait waiter was rejected (LockWaitTimeout).
-const REJECTED_TIMEOUT: u8 = 4;
+const REJECTED_TIMEOUT: u16 = 4;
 /// A holder was granted by the recreated lock object.
-const GRANTED_AFTER_RECREATE: u8 = 8;
+const GRANTED_AFTER_RECREATE: u16 = 8;
 /// An operator's step ended idle on a lock without a Lease (nobody to grant: none is created).
-const IDLE_WITHOUT_LEASE: u8 = 16;
+const IDLE_WITHOUT_LEASE: u16 = 16;
 /// A holder was granted after `spec.maxHolders` changed.
-const GRANTED_AFTER_CHANGE: u8 = 32;
+const GRANTED_AFTER_CHANGE: u16 = 32;
 /// A claim holder's release handed the lock to the next-holder hint.
-const HANDED_OVER: u8 = 64;
+const HANDED_OVER: u16 = 64;
+/// An operator's step left a claim holder's status unrecorded for now (it holds by the Lease:
+/// `claim_record_delay`), with a timer for the record.
+const RECORD_WAITED: u16 = 128;
+/// A claim's process released its grant while its claim's status did not record it yet.
+const RELEASED_UNRECORDED: u16 = 256;
 const REJECTED_THEN_GRANTED: &str = "I3: a rejected waiter was granted";
 
 /// A kind the operator watches: each kind's cache lags on its own (its own watch).
@@ -834,6 +846,15 @@ impl World {
             return;
         };
         self.ops[n].clocks = step.clocks;
+        let unrecorded_holder =
+            session.view.leases[0].as_ref().and_then(|l| l.holder.as_ref()).is_some_and(|(_, uid, _)| {
+                session.view.claims.iter().flatten().any(|c| &c.uid == uid && c.token.is_none() && !c.rejected)
+            });
+        if unrecorded_holder
+            && matches!(step.plan.decision, Decision::Idle { requeue_after: Some(_) } | Decision::SetNext)
+        {
+            self.events |= RECORD_WAITED;
+        }
         let slot = step.slot as usize;
         let mut view = session.view;
         let mut fresh = None;
@@ -1412,6 +1433,9 @@ impl Model for LockModel {
                 // on the version it read), it hands the lock to the Lease's next-holder hint, with
                 // the hinted token, or frees it when there is none (issue 12).
                 w.procs[i].holding = None;
+                if w.api.claims[i].as_ref().is_some_and(|c| c.token.is_none()) {
+                    w.events |= RELEASED_UNRECORDED;
+                }
                 let slot = usize::from(w.procs[i].slot);
                 let names_it = w.api.leases[slot]
                     .as_ref()
@@ -1492,6 +1516,8 @@ impl Model for LockModel {
             Property::sometimes(IDLE_NO_LEASE, |_, w: &World| w.events & IDLE_WITHOUT_LEASE != 0),
             Property::sometimes(CHANGED_GRANT, |_, w: &World| w.events & GRANTED_AFTER_CHANGE != 0),
             Property::sometimes(HINT_HANDOVER, |_, w: &World| w.events & HANDED_OVER != 0),
+            Property::sometimes(RECORD_LATER, |_, w: &World| w.events & RECORD_WAITED != 0),
+            Property::sometimes(RELEASE_UNRECORDED, |_, w: &World| w.events & RELEASED_UNRECORDED != 0),
             Property::sometimes(TWO_AT_ONCE, |_, w: &World| w.running().iter().filter(|r| !r.1).count() >= 2),
         ]
     }
@@ -1561,6 +1587,32 @@ fn claims_renewal_expiry_pause_and_claim_deletion() {
 fn claims_hand_over_to_the_next_holder_hint() {
     let cfg = Config { claims: 2, operators: 2, max_time: 3, ..Config::BASE };
     assert_safe("handover", cfg, 9, &[HINT_HANDOVER]);
+}
+
+/// Issue 12: with the operator's `claim_record_delay` (1 s), a claim holds by its Lease alone
+/// until its status is recorded; it may release (and hand over to the hint) before that, costing
+/// no status write, and the operator's other writes (the hint, rejections) come first. The
+/// handover run's world (two claims, two lagging operators, a restart, one fault).
+#[test]
+fn claims_hold_by_the_lease_while_their_status_record_waits() {
+    let cfg = Config { claims: 2, operators: 2, max_time: 3, record_delay_secs: 1, ..Config::BASE };
+    assert_safe("record-delay", cfg, 9, &[HINT_HANDOVER, RECORD_LATER, RELEASE_UNRECORDED]);
+}
+
+/// The same delay beside a pod (one operator), with time for expiry, pauses and claim deletion:
+/// the "claims" run's world.
+#[test]
+fn a_claim_and_a_pod_with_the_status_record_delay() {
+    let cfg = Config { pods: 1, claims: 1, max_time: 6, record_delay_secs: 1, ..Config::BASE };
+    assert_safe("record-delay-pod", cfg, 11, &[RECORD_LATER]);
+}
+
+/// RECORD_LATER can fail: with no delay the record is never put off.
+#[test]
+fn without_the_record_delay_no_record_waits() {
+    let cfg = Config { claims: 2, operators: 2, max_time: 3, ..Config::BASE };
+    let checker = check("no-record-delay", cfg, 8);
+    assert!(checker.discovery(RECORD_LATER).is_none(), "a record waited with claim_record_delay 0");
 }
 
 /// The checker can fail I2 on the handover: a hint that carries the holder's own token hands

@@ -380,6 +380,8 @@ fn snapshot(view: &View, l: usize, fresh: Option<i64>, cfg: &Config, renewing: b
             start_timeout: Duration::from_secs(10_000),
             node_loss_timeout: Duration::from_secs(10_000),
             lease_duration: Duration::from_secs(15),
+            // Claims with a lock set record at once whatever this says; the real operator's.
+            claim_record_delay: leasehold::controller::CLAIM_RECORD_DELAY,
         },
         // A live claim process renews every Lease that names its claim, and its renewals are
         // seen: the marker changes with every tick (so `renewed_ago` stays 0); a crashed one's

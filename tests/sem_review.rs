@@ -12,6 +12,7 @@ const SETTINGS: Settings = Settings {
     start_timeout: Duration::from_secs(300),
     node_loss_timeout: Duration::from_secs(60),
     lease_duration: Duration::from_secs(15),
+    claim_record_delay: Duration::ZERO,
 };
 
 fn pod(name: &str, created: i64, slot: u32, token: Option<i64>) -> Candidate {

@@ -151,6 +151,7 @@ async fn reconcile_lock(lock: Arc<DistributedLock>, ctx: Arc<Context>, started: 
         start_timeout: Duration::from_secs(lock.spec.start_timeout_seconds.max(1) as u64),
         node_loss_timeout: Duration::from_secs(lock.spec.node_loss_timeout_seconds.max(1) as u64),
         lease_duration: Duration::from_secs(lock.spec.lease_duration_seconds.max(1) as u64),
+        claim_record_delay: super::CLAIM_RECORD_DELAY,
     };
     let lock_uid = lock.uid().unwrap_or_default();
     let mut snapshot = Snapshot {

@@ -38,6 +38,12 @@ use crate::metrics::Metrics;
 /// Field manager / Event reporting controller name.
 pub const CONTROLLER_NAME: &str = "leasehold.dev/operator";
 
+/// How long after a grant to a claim (one lock, single-holder) the operator records it in the
+/// claim's status: 1 second ([`crate::lock::grant::Settings::claim_record_delay`]). The claim's
+/// process learns its grant from the Lease, so a claim released within this time costs no
+/// status write (issue 12); a longer hold is recorded (`kubectl get dlclaim`) a second late.
+pub const CLAIM_RECORD_DELAY: Duration = Duration::from_secs(1);
+
 /// Everything a reconcile needs: the client, the shared caches, and the operator's own clock.
 pub struct Context {
     /// API client.

@@ -229,6 +229,15 @@ pub struct Settings {
     pub node_loss_timeout: Duration,
     /// `spec.leaseDurationSeconds`: how long a claim holder may go without renewing.
     pub lease_duration: Duration,
+    /// How long a grant to a claim that asks for one lock of a single-holder lock stays
+    /// unrecorded in the claim's status (phase `Granted`, token) after the Lease named it
+    /// ([`Decision::PatchHolder`] waits this long; zero: at once). The claim's process acts on
+    /// the Lease, never on the status (`holder::Holder`), so the record is for people
+    /// (`kubectl get dlclaim`) and for adopting the holder after its Lease was deleted; a claim
+    /// released within the delay costs no status write (issue 12, writes per grant). Semaphore
+    /// slots and claims with a lock set record at once: their status is what their process
+    /// reads (the slot) or the commit point of the set ([`crate::lock::machine::step`]).
+    pub claim_record_delay: Duration,
 }
 
 /// One consistent snapshot, plus durations measured on the operator's monotonic clock.
@@ -253,6 +262,11 @@ pub struct Observation<'a> {
     pub holder_node_lost_for: Option<Duration>,
     /// For a claim holder: how long since the operator last saw the Lease's `renewTime` change.
     pub holder_renewed_ago: Option<Duration>,
+    /// For a claim holder: how long since the operator first saw the Lease name it (the age of
+    /// the grant on this process's clock; it starts over after a restart, so the record can only
+    /// come later, never earlier). Compared with [`Settings::claim_record_delay`]; `None` (a pod
+    /// holder, or a semaphore slot's) records at once.
+    pub holder_named_for: Option<Duration>,
     /// Every holder the lock may have holds (always true for a single-holder lock while its
     /// Lease names a holder): only then does a waiter with `on-busy: skip` find the lock busy.
     /// A semaphore slot's decision sets it from all slots ([`crate::lock::machine::step`]).
@@ -456,7 +470,9 @@ pub struct Plan {
 /// Why a holder is (or is not) still holding.
 enum HolderState {
     Free,
-    Holds(Grant),
+    /// Holds; `Some(d)`: a claim that holds by the Lease alone, its status record due in `d`
+    /// ([`Settings::claim_record_delay`]).
+    Holds(Grant, Option<Duration>),
     NeedsPatch(Grant),
     Record(Grant),
     Withdraw(Grant),
@@ -529,10 +545,11 @@ pub fn decide(obs: &Observation<'_>) -> Result<Plan, TokenExhausted> {
             let decision = Decision::DeletePod { name: g.name.clone(), uid: g.uid.clone() };
             return Ok(holding(g, decision, waiters));
         }
-        HolderState::Holds(g) => {
+        HolderState::Holds(g, record_due) => {
             let rejects = rejections(&waiters, &g, obs.at_capacity);
             let decision = if rejects.is_empty() {
-                Decision::Idle { requeue_after: min_some(next_timeout(obs), next_wait_expiry(&waiters)) }
+                let timers = min_some(next_timeout(obs), next_wait_expiry(&waiters));
+                Decision::Idle { requeue_after: min_some(record_due, timers) }
             } else {
                 Decision::RejectWaiters(rejects)
             };
@@ -668,7 +685,7 @@ fn holder_state(obs: &Observation<'_>, lease: &LeaseView, queue: &[&Candidate]) 
         if obs.holder_renewed_ago.is_some_and(|d| d >= obs.settings.lease_duration) {
             return release(ReleaseReason::Expired);
         }
-        return HolderState::Holds(Grant {
+        let orphan = Grant {
             kind: HolderKind::Claim,
             name: h.name.clone(),
             identity: h.name.clone(),
@@ -676,7 +693,8 @@ fn holder_state(obs: &Observation<'_>, lease: &LeaseView, queue: &[&Candidate]) 
             resource_version: String::new(),
             token: lease.token,
             slot: 0,
-        });
+        };
+        return HolderState::Holds(orphan, None);
     }
     let Some(c) = found else { return release(ReleaseReason::Gone) };
     match c.phase {
@@ -720,7 +738,7 @@ fn holder_state(obs: &Observation<'_>, lease: &LeaseView, queue: &[&Candidate]) 
         if c.token != Some(lease.token) {
             return HolderState::Record(g);
         }
-        return HolderState::Holds(g);
+        return HolderState::Holds(g, None);
     }
     if c.kind == HolderKind::Claim
         && !c.gated
@@ -729,6 +747,13 @@ fn holder_state(obs: &Observation<'_>, lease: &LeaseView, queue: &[&Candidate]) 
         return release(ReleaseReason::Expired);
     }
     if c.gated || c.token != Some(lease.token) {
+        // A claim's process acts on the Lease: its status record may wait, and a claim released
+        // before it is due costs no write (issue 12). A stale record (a token other than the
+        // Lease's) is patched at once.
+        let delay = obs.settings.claim_record_delay;
+        if let Some(named_for) = obs.holder_named_for.filter(|d| c.kind == HolderKind::Claim && c.gated && *d < delay) {
+            return HolderState::Holds(g, Some(delay - named_for));
+        }
         return HolderState::NeedsPatch(g);
     }
     // Taking the lock from a holder on a lost node only helps a waiter; without one, the Lease
@@ -743,7 +768,7 @@ fn holder_state(obs: &Observation<'_>, lease: &LeaseView, queue: &[&Candidate]) 
     {
         return HolderState::StartTimedOut(g);
     }
-    HolderState::Holds(g)
+    HolderState::Holds(g, None)
 }
 
 /// Waiters that give up while `holder` holds: skip policy (only when the lock is `at_capacity`),

@@ -166,6 +166,7 @@ struct Timers {
     pending_for: Option<Duration>,
     node_lost_for: Option<Duration>,
     renewed_ago: Option<Duration>,
+    named_for: Option<Duration>,
 }
 
 /// Decides the next write for one lock.
@@ -270,7 +271,9 @@ pub fn step(snapshot: &Snapshot, now: Duration, clocks: &Clocks) -> Result<Step,
     let timers: Vec<Timers> = (0..slots)
         .map(|k| {
             let (lease, marker) = snapshot.slot(k);
-            time_holder(lease, marker, &views[k as usize], now, clocks.slots.entry(k).or_default())
+            let t = time_holder(lease, marker, &views[k as usize], now, clocks.slots.entry(k).or_default());
+            // A semaphore's claim learns its slot from its status: recorded at once.
+            Timers { named_for: None, ..t }
         })
         .collect();
     // The token last reserved for slot k, and whether slot k's Lease has caught up with it
@@ -547,6 +550,7 @@ fn time_holder(
         }
         HolderKind::Claim => {
             t.renewed_ago = Some(now.saturating_sub(clock.renewed_at));
+            t.named_for = Some(now.saturating_sub(clock.since));
             clocks.node_lost_since.clear();
         }
     }
@@ -572,6 +576,7 @@ fn decide_slot(
         holder_pending_for: timers.pending_for,
         holder_node_lost_for: timers.node_lost_for,
         holder_renewed_ago: timers.renewed_ago,
+        holder_named_for: timers.named_for,
         at_capacity,
     })
 }
@@ -611,6 +616,7 @@ mod tests {
         start_timeout: Duration::from_secs(300),
         node_loss_timeout: Duration::from_secs(60),
         lease_duration: Duration::from_secs(15),
+        claim_record_delay: Duration::ZERO,
     };
 
     use super::test_claim as claim;
@@ -657,6 +663,47 @@ mod tests {
             }
             other => panic!("expected a handover to b, got {other:?}"),
         }
+    }
+
+    /// Issue 12: a grant to a claim is recorded in its status `claim_record_delay` after this
+    /// process first saw the Lease name it (the claim's process acts on the Lease); a claim that
+    /// is gone by then costs no write; a semaphore's claim is recorded at once.
+    #[test]
+    fn a_claim_s_status_record_waits_for_the_record_delay() {
+        let delayed = |mut snap: Snapshot| {
+            snap.settings.claim_record_delay = secs(1);
+            // a holds by the Lease alone (its status not recorded yet); b waits, hinted.
+            snap.candidates[1] = claim("a", 1, None);
+            snap
+        };
+        let s = step(&delayed(snapshot("r1")), secs(100), &Clocks::default()).unwrap();
+        assert_eq!(s.plan.decision, Decision::Idle { requeue_after: Some(secs(1)) });
+        assert_eq!(s.plan.holder.as_ref().map(|h| h.name.as_str()), Some("a"));
+        assert_eq!(s.plan.waiters, vec!["b".to_string()], "the holder is not listed as waiting");
+        let s = step(&delayed(snapshot("r2")), Duration::from_millis(100_400), &s.clocks).unwrap();
+        assert_eq!(s.plan.decision, Decision::Idle { requeue_after: Some(Duration::from_millis(600)) });
+        let s = step(&delayed(snapshot("r2")), secs(101), &s.clocks).unwrap();
+        assert!(
+            matches!(&s.plan.decision, Decision::PatchHolder(g) if g.name == "a" && g.token == 4),
+            "{:?}",
+            s.plan.decision
+        );
+        // Released and deleted within the delay: nothing to record, the lock goes to b.
+        let mut gone = delayed(snapshot("r1"));
+        gone.lease.as_mut().unwrap().holder = None;
+        gone.candidates.retain(|c| c.name != "a");
+        let s = step(&gone, secs(100), &Clocks::default()).unwrap();
+        assert!(
+            matches!(&s.plan.decision, Decision::UpdateLease { holder: Some(g), .. } if g.name == "b"),
+            "{:?}",
+            s.plan.decision
+        );
+        // A semaphore (slot 0 of two): recorded at once.
+        let mut sem = delayed(snapshot("r1"));
+        sem.max_holders = Some(2);
+        sem.slot_tokens = vec![4];
+        let s = step(&sem, secs(100), &Clocks::default()).unwrap();
+        assert!(matches!(&s.plan.decision, Decision::PatchHolder(g) if g.name == "a"), "{:?}", s.plan.decision);
     }
 
     /// Issue 12: while a claim holds, the Lease names the claim at the head of the queue as next

@@ -5,6 +5,7 @@ const SETTINGS: Settings = Settings {
     start_timeout: Duration::from_secs(300),
     node_loss_timeout: Duration::from_secs(60),
     lease_duration: Duration::from_secs(15),
+    claim_record_delay: Duration::ZERO,
 };
 
 fn pod(name: &str, created: i64) -> Candidate {
@@ -60,6 +61,7 @@ fn obs<'a>(lease: Option<&'a LeaseView>, pods: &'a [Candidate]) -> Observation<'
         holder_pending_for: None,
         holder_node_lost_for: None,
         holder_renewed_ago: None,
+        holder_named_for: None,
         at_capacity: true,
     }
 }
