@@ -105,7 +105,7 @@ use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
 use leasehold::lock::grant::{
-    Candidate, Decision, Grant, Holder, HolderKind, LeaseView, Next, Phase, Reject, RejectReason, Settings,
+    self, Candidate, Decision, Grant, Holder, HolderKind, LeaseView, Next, Phase, Reject, RejectReason, Settings,
 };
 use leasehold::lock::machine::{self, Clocks, SlotLease, Snapshot};
 use leasehold::lock::policy::BusyPolicy;
@@ -175,6 +175,9 @@ enum Bug {
     /// The next-holder hint carries the holder's own token instead of the next one (issue 12):
     /// the release hands the lock over with a token that was handed out already.
     HintTokenNotAbove,
+    /// A recreated Lease never names `grant::RECOVERY_HOLDER`: it is created free and grants
+    /// at once, although a claim granted by the deleted Lease may act on that grant unrecorded.
+    NoRecoveryHolder,
 }
 
 /// A waiter's `leasehold.dev/on-busy` and `leasehold.dev/max-wait` (claims: `spec.onBusy`,
@@ -237,6 +240,9 @@ struct Config {
     /// `Settings::claim_record_delay` in seconds: 0 (the record as soon as it is due) or the
     /// operator's 1 (`controller::CLAIM_RECORD_DELAY`).
     record_delay_secs: u64,
+    /// The first pod was created before every claim but no operator's cache has seen it yet
+    /// (a watch that lags): it is the oldest waiter once seen.
+    unseen_old_pod: bool,
     /// Per pod slot and per claim: its busy policy.
     pod_policy: [Policy; 3],
     claim_policy: [Policy; 2],
@@ -265,6 +271,7 @@ impl Config {
         change_max_holders: None,
         remove_max_holders: false,
         record_delay_secs: 0,
+        unseen_old_pod: false,
         pod_policy: [Policy::WAIT; 3],
         claim_policy: [Policy::WAIT; 2],
         bug: None,
@@ -584,7 +591,12 @@ impl LockModel {
             }
             handed.push((0, k as u8, token));
         }
-        let op = Operator { cache: api.clone(), session: None, clocks: Clocks::default() };
+        let mut cache = api.clone();
+        if self.cfg.unseen_old_pod {
+            api.pods[0].as_mut().unwrap().created = -20;
+            cache.pods[0] = None;
+        }
+        let op = Operator { cache, session: None, clocks: Clocks::default() };
         World {
             now: 0,
             next_rv: 2,
@@ -829,6 +841,12 @@ impl World {
                 }
             }
             _ => {}
+        }
+        if cfg.bug == Some(Bug::NoRecoveryHolder)
+            && let Decision::CreateLease { holder, .. } = &mut step.plan.decision
+            && holder.as_ref().is_some_and(|g| g.identity == grant::RECOVERY_HOLDER)
+        {
+            *holder = None;
         }
         if cfg.bug == Some(Bug::HintTokenNotAbove)
             && let Some(n) = step.next.as_mut()
@@ -1605,6 +1623,26 @@ fn claims_hold_by_the_lease_while_their_status_record_waits() {
 fn a_claim_and_a_pod_with_the_status_record_delay() {
     let cfg = Config { pods: 1, claims: 1, max_time: 6, record_delay_secs: 1, ..Config::BASE };
     assert_safe("record-delay-pod", cfg, 11, &[RECORD_LATER]);
+}
+
+/// A claim granted while an older pod waiter was not in the operator's cache yet, its Lease
+/// then deleted before the claim's status recorded the grant (it waits `claim_record_delay`, and
+/// no time passes here): the recreated Lease is held by `grant::RECOVERY_HOLDER` for a lease
+/// duration, so the older pod is not granted beside the claim's process.
+#[test]
+fn a_recreated_lease_waits_out_an_unrecorded_claim_grant() {
+    assert_safe("unseen-old-pod", unseen_old_pod(), 13, &[]);
+}
+
+/// The checker fails I1 there without the recovery holder: the recreated Lease grants the
+/// older pod at once, beside the claim's process (the hole it found, 2026-12-05).
+#[test]
+fn a_planted_bug_no_recovery_holder_is_caught() {
+    planted_violates(Bug::NoRecoveryHolder, unseen_old_pod(), 13, I1);
+}
+
+fn unseen_old_pod() -> Config {
+    Config { pods: 1, claims: 1, restarts: 0, unseen_old_pod: true, record_delay_secs: 1, ..Config::BASE }
 }
 
 /// RECORD_LATER can fail: with no delay the record is never put off.

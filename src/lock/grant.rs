@@ -512,7 +512,7 @@ pub fn decide(obs: &Observation<'_>) -> Result<Plan, TokenExhausted> {
         let decision = match obs.fresh_reservation {
             None => reserve(obs.ceiling, obs.ceiling.saturating_add(1))?,
             Some(floor) => {
-                let adopt = adoptable_holder(obs.pods, obs.ceiling);
+                let adopt = adoptable_holder(obs.pods, obs.ceiling).or_else(|| recovery_holder(obs.pods, floor));
                 if let Some(a) = &adopt {
                     waiters.retain(|w| w.uid != a.uid);
                 }
@@ -822,6 +822,39 @@ fn adoptable_holder(pods: &[Candidate], ceiling: i64) -> Option<Grant> {
         .filter(|p| p.token.is_some_and(|t| t <= ceiling))
         .filter_map(|p| p.token.map(|t| grant_for(p, t)))
         .max_by_key(|g| g.token)
+}
+
+/// The Lease `holderIdentity` of a recreated Lease that names no process: see
+/// [`recovery_holder`]. Never a claim's identity in effect: its holder UID is empty, which no
+/// object has, so no candidate matches it and no process renews it.
+pub const RECOVERY_HOLDER: &str = "leasehold.dev/recovering";
+
+/// When the Lease of a lock that has granted before (`floor`, the reservation it is recreated
+/// above, is not 0) is recreated with no running holder to adopt, while a claim that asks for
+/// this one lock still shows as waiting: that claim (or another whose status is not written
+/// yet) may have been granted by the deleted Lease, and its process may act on that grant
+/// (`holder::Holder` learns its grant from the Lease; the status record comes later,
+/// [`Settings::claim_record_delay`]). Nobody can tell which, so the new Lease is held for one
+/// lease duration by [`RECOVERY_HOLDER`], a claim holder nobody renews: it expires like any
+/// claim holder that stopped renewing (`ReleaseReason::Expired`), by which time a process that
+/// held under the deleted Lease has given up (its renewals of the recreated Lease fail, and it
+/// stops `renewDeadline` < `leaseDurationSeconds` after its last successful one). Its token is
+/// `floor`, so the next grant is above it. Found by the model checker (`tests/model.rs`, run
+/// "unseen-old-pod"): a claim granted, its Lease deleted before its status recorded the grant,
+/// and an older waiter granted beside it by the recreated Lease.
+fn recovery_holder(candidates: &[Candidate], floor: i64) -> Option<Grant> {
+    let unrecorded_claim = candidates
+        .iter()
+        .any(|c| c.kind == HolderKind::Claim && c.gated && c.multi.is_none() && !c.deleting && !c.is_terminal());
+    (floor > 0 && unrecorded_claim).then(|| Grant {
+        kind: HolderKind::Claim,
+        name: RECOVERY_HOLDER.to_string(),
+        identity: RECOVERY_HOLDER.to_string(),
+        uid: String::new(),
+        resource_version: String::new(),
+        token: floor,
+        slot: 0,
+    })
 }
 
 fn reserve(ceiling: i64, token: i64) -> Result<Decision, TokenExhausted> {

@@ -477,7 +477,8 @@ pub fn next_holder(snapshot: &Snapshot, candidates: &[Candidate], holder: &Grant
     // A claim holding a lock set (issue 14) releases its Leases one by one and hands over none:
     // the handover is model-checked for single-lock claims only (`tests/model.rs`, "handover").
     let set_holder = candidates.iter().any(|c| c.uid == holder.uid && c.multi.is_some());
-    if holder.kind != HolderKind::Claim || set_holder {
+    // The recovery holder of a recreated Lease (`grant::RECOVERY_HOLDER`, no UID) never releases.
+    if holder.kind != HolderKind::Claim || set_holder || holder.uid.is_empty() {
         return None;
     }
     let head = grant::queue_of(candidates).into_iter().find(|w| w.uid != holder.uid)?;

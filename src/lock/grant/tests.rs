@@ -592,3 +592,50 @@ fn a_tentative_claim_whose_process_stopped_renewing_is_rejected_before_its_lease
     let released = Some(Release { name: "s-host".into(), token: 4, reason: ReleaseReason::Expired });
     assert_eq!(decide(&o).unwrap().decision, Decision::UpdateLease { holder: granted("p", 5), released, floor: None });
 }
+
+/// Found by the model checker (run "unseen-old-pod"): a claim's grant may be known only to the
+/// deleted Lease and to its process (its status is written later). The recreated Lease is held
+/// by the recovery holder, which nobody renews, for a lease duration; then the oldest waiter
+/// gets a token above the floor. A brand-new lock (floor 0) and a Lease whose waiters are all
+/// pods (a pod runs only once ungated, which is its record) grant at once.
+#[test]
+fn a_recreated_lease_is_held_for_a_lease_duration_while_a_claim_may_hold_unrecorded() {
+    let x = crate::lock::machine::test_claim("x", 5, None);
+    let pods = [pod("a", 1), x];
+    let o = Observation { fresh_reservation: Some(1000), ..obs(None, &pods) };
+    let recovery = Grant {
+        kind: HolderKind::Claim,
+        name: RECOVERY_HOLDER.into(),
+        identity: RECOVERY_HOLDER.into(),
+        uid: String::new(),
+        resource_version: String::new(),
+        token: 1000,
+        slot: 0,
+    };
+    assert_eq!(decide(&o).unwrap().decision, Decision::CreateLease { holder: Some(recovery), floor: 1000 });
+    // Brand new (floor 0), or only pods wait: created free, then granted.
+    let o = Observation { ceiling: 1, fresh_reservation: Some(0), ..obs(None, &pods) };
+    assert_eq!(decide(&o).unwrap().decision, Decision::CreateLease { holder: None, floor: 0 });
+    let only_pods = [pod("a", 1)];
+    let o = Observation { fresh_reservation: Some(1000), ..obs(None, &only_pods) };
+    assert_eq!(decide(&o).unwrap().decision, Decision::CreateLease { holder: None, floor: 1000 });
+    // The recreated Lease: held until it expires, then a goes first, above the floor.
+    let held = LeaseView {
+        holder: Some(Holder { name: RECOVERY_HOLDER.into(), uid: Some(String::new()), kind: HolderKind::Claim }),
+        token: 1000,
+        floor: 1000,
+        trusted: true,
+        next: None,
+    };
+    let o = Observation { ceiling: 2000, holder_renewed_ago: Some(Duration::from_secs(14)), ..obs(Some(&held), &pods) };
+    let plan = decide(&o).unwrap();
+    assert!(matches!(plan.decision, Decision::Idle { requeue_after: Some(d) } if d == Duration::from_secs(1)));
+    assert_eq!(plan.waiters, vec!["a".to_string(), "x".to_string()]);
+    let o = Observation { holder_renewed_ago: Some(Duration::from_secs(15)), ..o };
+    match decide(&o).unwrap().decision {
+        Decision::UpdateLease { holder: Some(g), released: Some(r), .. } => {
+            assert_eq!((g.name.as_str(), g.token, r.reason), ("a", 1001, ReleaseReason::Expired));
+        }
+        other => panic!("expected a grant to a after the recovery holder expired, got {other:?}"),
+    }
+}
