@@ -514,3 +514,57 @@ async fn a_claim_whose_grant_expired_shows_expired_and_the_lock_status_stops_nam
     b.signal_group("KILL");
     ns.cleanup().await;
 }
+
+/// The hole the model checker found on 2026-12-05 (`tests/model.rs`, run "unseen-old-pod"),
+/// replayed: a claim is granted in the Lease and the operator stops before recording it in the
+/// claim's status (as it does for `CLAIM_RECORD_DELAY` after every claim grant); a pod older
+/// than the claim now waits too (here: re-annotated to this lock, keeping its creation time);
+/// the Lease is deleted. The claim's process may be acting on its grant, and nothing but the
+/// deleted Lease said so: the recreated Lease is held by the recovery holder for a lease
+/// duration (3 s here), and only then is the older pod granted, above every earlier token.
+#[tokio::test]
+async fn a_lease_recreated_while_a_claim_may_hold_unrecorded_is_held_for_a_lease_duration() {
+    use kube::api::{Patch, PatchParams};
+    use leasehold::crd::DistributedLockClaim;
+    use leasehold::lock::LOCK_ANNOTATION;
+    use leasehold::lock::grant::RECOVERY_HOLDER;
+    let mut ns = TestNs::new("recovery").await;
+    ns.create_lock("l", json!({"leaseDurationSeconds": 3})).await;
+    // The older pod waits for another lock at first.
+    ns.create_gated_pod("old", "elsewhere", "600s").await;
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    let claim: DistributedLockClaim = serde_json::from_value(json!({
+        "apiVersion": "leasehold.dev/v1alpha1", "kind": "DistributedLockClaim",
+        "metadata": {"name": "c"}, "spec": {"lock": "l", "identity": "worker-1"},
+    }))
+    .unwrap();
+    ns.api::<DistributedLockClaim>().create(&PostParams::default(), &claim).await.unwrap();
+    let crashing = ns.start_operator(&[("LEASEHOLD_FAILPOINT", "exit-after-lease-grant")]);
+    ns.wait_operator_exit(crashing).await;
+    let leases = ns.api::<Lease>();
+    let lease = leases.get("l").await.unwrap();
+    assert_eq!(lease.spec.as_ref().unwrap().holder_identity.as_deref(), Some("worker-1"), "the claim is granted");
+    let claim_token = lease_token(&lease).unwrap();
+    let status = ns.api::<DistributedLockClaim>().get("c").await.unwrap().status.and_then(|s| s.phase);
+    assert_eq!(status, None, "the grant is not recorded in the claim's status");
+
+    let to_l = json!({"metadata": {"annotations": {LOCK_ANNOTATION: "l"}}});
+    ns.api::<Pod>().patch("old", &PatchParams::default(), &Patch::Merge(&to_l)).await.unwrap();
+    leases.delete("l", &DeleteParams::default()).await.unwrap();
+    ns.start_operator(&[]);
+    let recreated = std::time::Instant::now();
+    wait_until("the Lease recreated, held by the recovery holder", WAIT, || async {
+        leases.get_opt("l").await.ok().flatten().and_then(|l| l.spec?.holder_identity).as_deref()
+            == Some(RECOVERY_HOLDER)
+    })
+    .await;
+    assert!(is_gated(&ns.api::<Pod>().get("old").await.unwrap()), "the older pod waits");
+    let old = wait_pod(&ns, "old", "granted once the recovery holder expired", |p| !is_gated(p)).await;
+    assert!(
+        recreated.elapsed() >= std::time::Duration::from_secs(3),
+        "granted {:?} after the restart, before a lease duration",
+        recreated.elapsed()
+    );
+    assert!(token_of(&old).unwrap() > claim_token, "token {:?} must exceed the claim's {claim_token}", token_of(&old));
+    ns.cleanup().await;
+}
