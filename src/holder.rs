@@ -832,11 +832,16 @@ async fn free(
     (claim_name, claim_uid, single): (&str, &str, bool),
     known: &KnownLease,
 ) -> Result<bool, HolderError> {
-    let result = clear_holder(leases, lease_name, identity, claim_uid, known, single).await;
+    // A single claim is deleted before the Lease is released: its status may not record the
+    // grant yet (the operator writes it `CLAIM_RECORD_DELAY` after the grant), and a claim with
+    // no recorded grant that outlived its release would look like a waiter and be granted again
+    // (then held, unrenewed, until its lease expired). Deleted first, the claim is a holder whose
+    // claim is gone until the release lands (the operator keeps such a holder: model-checked,
+    // `tests/model.rs` `ClaimDeleted`).
     if single {
         delete_claim(claims, claim_name, claim_uid).await;
     }
-    result
+    clear_holder(leases, lease_name, identity, claim_uid, known, single).await
 }
 
 /// The Lease as this holder's last successful write (renewal) returned it, or only the
