@@ -287,10 +287,18 @@ async fn reconcile_lock(lock: Arc<DistributedLock>, ctx: Arc<Context>, started: 
                         tracing::info!(lock = %name, namespace = %ns, pod = %g.name, token = g.token, "granted");
                         ctx.failpoint("exit-after-lease-grant");
                         let lease_rv = leases[slot as usize].as_ref().and_then(|l| l.metadata.resource_version.clone());
+                        // A single-holder lock's grant to a claim that asks for it alone is
+                        // recorded in the claim's status `CLAIM_RECORD_DELAY` later, by the step
+                        // that decides `PatchHolder` then (the claim's process acts on the Lease).
+                        let record_later = g.kind == HolderKind::Claim
+                            && snapshot.max_holders.is_none()
+                            && slot == 0
+                            && !snapshot.settings.claim_record_delay.is_zero();
                         match multi_of(&snapshot, &g) {
                             // A multi-lock pod's grant is tentative until every lock of its set is
                             // recorded on the pod: the next step records it or ungates it.
                             Some(_) => None,
+                            None if record_later => None,
                             None => Some(patch_holder(&ctx, &ns, &lock, &g, lease_rv, false).await),
                         }
                     }
