@@ -115,7 +115,8 @@ async fn reconcile_lock(lock: Arc<DistributedLock>, ctx: Arc<Context>, started: 
     let mut candidates = candidates_of(&ctx, &ns, &name);
     let set_recheck = leave_out_unservable_sets(&ctx, &ns, &name, &mut candidates).then_some(SET_RECHECK);
     // Slot 0's Lease (the lock's own), then a semaphore's slot Leases (`leases[k]`: slot k).
-    let mut leases: Vec<Option<Lease>> = vec![ctx.leases.get(&ObjectRef::new(&name).within(&ns)).map(|l| (*l).clone())];
+    let cached = ctx.leases.get(&ObjectRef::new(&name).within(&ns)).map(|l| (*l).clone());
+    let mut leases: Vec<Option<Lease>> = vec![newest_lease(&ctx, &ns, &name, cached)];
     if leases[0].is_none() && grant::needs_lease(&candidates) {
         // The Lease cache holds only Leases labelled leasehold.dev/lock: one that someone else
         // made with the lock's name is invisible there, and creating ours would fail with 409
@@ -248,6 +249,7 @@ async fn reconcile_lock(lock: Arc<DistributedLock>, ctx: Arc<Context>, started: 
                     ctx.failpoint("stop-before-lease-handover");
                 }
                 let observed = leases[slot as usize].as_ref().ok_or(Error::MissingField("Lease"))?;
+                let replaced = observed.metadata.resource_version.clone();
                 let written =
                     match lease::update(&lease_api, &lock, observed, holder.as_ref(), floor, next.as_ref()).await {
                         Ok(w) => w,
@@ -268,6 +270,7 @@ async fn reconcile_lock(lock: Arc<DistributedLock>, ctx: Arc<Context>, started: 
                             return Err(e);
                         }
                     };
+                remember_lease(&ctx, &ns, slot, replaced, &written);
                 leases[slot as usize] = Some(written);
                 // A claim whose grant this write took back shows `Expired` before the next
                 // holder's claim shows `Granted`, so no two claims show `Granted` at once (issue
@@ -314,9 +317,11 @@ async fn reconcile_lock(lock: Arc<DistributedLock>, ctx: Arc<Context>, started: 
             }
             Decision::RepairLease { holder, floor } => {
                 let observed = leases[slot as usize].as_ref().ok_or(Error::MissingField("Lease"))?;
+                let replaced = observed.metadata.resource_version.clone();
                 let written = lease::update(&lease_api, &lock, observed, Some(&holder), floor, None)
                     .await
                     .inspect_err(|e| count_conflict(&ctx.metrics, e))?;
+                remember_lease(&ctx, &ns, slot, replaced, &written);
                 leases[slot as usize] = Some(written);
                 let note = format!(
                     "the Lease disagreed with the running holder (edited by hand, or the holder's lock annotation changed); \
@@ -328,8 +333,12 @@ async fn reconcile_lock(lock: Arc<DistributedLock>, ctx: Arc<Context>, started: 
             }
             Decision::SetNext => {
                 let observed = leases[slot as usize].as_ref().ok_or(Error::MissingField("Lease"))?;
+                let replaced = observed.metadata.resource_version.clone();
                 match lease::set_next(&lease_api, observed, next.as_ref()).await {
-                    Ok(written) => leases[slot as usize] = Some(written),
+                    Ok(written) => {
+                        remember_lease(&ctx, &ns, slot, replaced, &written);
+                        leases[slot as usize] = Some(written);
+                    }
                     Err(e) if e.is_conflict() && !reread => {
                         // As for a grant above: read the Lease and decide again now.
                         count_conflict(&ctx.metrics, &e);
@@ -693,6 +702,32 @@ fn newest(cached: Candidate, lock: &str, written: &HashMap<String, (String, Cand
     match written.get(&written_key(&cached.uid, lock)) {
         Some((replaced, newer, _)) if *replaced == cached.resource_version => newer.clone(),
         _ => cached,
+    }
+}
+
+/// Remembers `written`, the lock's own Lease (slot 0) as this operator's write returned it, and
+/// the version it replaced ([`Context::leases_written`]).
+fn remember_lease(ctx: &Context, ns: &str, slot: u32, replaced: Option<String>, written: &Lease) {
+    if let (0, Some(replaced)) = (slot, replaced) {
+        let key = format!("{ns}/{}", written.name_any());
+        let entry = (replaced, written.clone(), Instant::now());
+        ctx.leases_written.lock().unwrap_or_else(|e| e.into_inner()).insert(key, entry);
+    }
+}
+
+/// `cached`, or the Lease as this operator's own last write returned it while the cache still
+/// shows the version that write replaced ([`Context::leases_written`]), for at most
+/// [`HOLDER_CACHE_LAG`]. A version the Lease had: a lagging cache could show it too, so the
+/// protocol sees nothing it could not see otherwise (the model's caches lag by any amount).
+fn newest_lease(ctx: &Context, ns: &str, name: &str, cached: Option<Lease>) -> Option<Lease> {
+    let mut written = ctx.leases_written.lock().unwrap_or_else(|e| e.into_inner());
+    written.retain(|_, (_, _, at)| at.elapsed() < HOLDER_CACHE_LAG);
+    let cached = cached?;
+    match written.get(&format!("{ns}/{name}")) {
+        Some((replaced, newer, _)) if Some(replaced) == cached.metadata.resource_version.as_ref() => {
+            Some(newer.clone())
+        }
+        _ => Some(cached),
     }
 }
 

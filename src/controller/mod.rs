@@ -97,6 +97,14 @@ pub struct Context {
     /// reconcile woken by the grant's own Lease write would otherwise see the holder still
     /// waiting and patch the same grant again from the older version (a 409 per such reconcile).
     pub holders_written: Mutex<HashMap<String, (String, crate::lock::grant::Candidate, Instant)>>,
+    /// Per lock's own Lease (`<namespace>/<name>`): the resourceVersion the cache showed when the
+    /// operator last wrote it (a grant, a release, a repair, a next-holder hint), the Lease as
+    /// that write returned it, and when. Until the cache shows another version or
+    /// [`distributed_lock::HOLDER_CACHE_LAG`] passed, reconciles read the Lease from here: a
+    /// reconcile woken right after its own write would otherwise decide from the version that
+    /// write replaced and write again, a 409 and a read each time (issue 12: a hint written
+    /// twice per handover in the throughput bench).
+    pub leases_written: Mutex<HashMap<String, (String, Lease, Instant)>>,
     /// Per lock UID, since when its status has differed from what the lock shows without being
     /// written: a status change waits [`distributed_lock::STATUS_DEBOUNCE`] so that the changes
     /// of one handover (the new holder, then the releaser queueing again) are one write.
@@ -440,6 +448,7 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
         announced: Mutex::default(),
         status_written: Mutex::default(),
         holders_written: Mutex::default(),
+        leases_written: Mutex::default(),
         status_pending: Mutex::default(),
         failpoint: std::env::var("LEASEHOLD_FAILPOINT").ok(),
     });
