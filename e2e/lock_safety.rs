@@ -464,6 +464,9 @@ async fn a_claim_whose_grant_expired_shows_expired_and_the_lock_status_stops_nam
     };
     let a = ns.lock_process("a", &["l", "--identity", "a", "--", "sh", "-c", "echo ready; sleep 600"]);
     a.wait_output("a runs its command", "ready").await;
+    // a's status records its grant a second after it (`CLAIM_RECORD_DELAY`).
+    wait_until("a's grant recorded", WAIT, || async { claim_of("a").await.and_then(|c| c.status?.token).is_some() })
+        .await;
     let a_token = claim_of("a").await.and_then(|c| c.status?.token).expect("a granted");
     let b = ns.lock_process("b", &["l", "--identity", "b", "--", "sh", "-c", "echo ready; sleep 600"]);
     wait_until("b waits", WAIT, || async { claim_of("b").await.is_some() }).await;
