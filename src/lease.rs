@@ -32,7 +32,7 @@ use crate::lock::fencing::parse_token;
 use crate::lock::grant::{Grant, Holder, HolderKind, LeaseView, Next};
 use crate::lock::{
     HOLDER_KIND_ANNOTATION, HOLDER_UID_ANNOTATION, LEASE_LABEL, NEXT_HOLDER_ANNOTATION, NEXT_HOLDER_UID_ANNOTATION,
-    NEXT_TOKEN_ANNOTATION, TOKEN_ANNOTATION, TOKEN_FLOOR_ANNOTATION,
+    NEXT_TOKEN_ANNOTATION, RELEASED_ANNOTATION, TOKEN_ANNOTATION, TOKEN_FLOOR_ANNOTATION,
 };
 
 /// Reads the grant state from a Lease. Never fails: unreadable annotations make the view
@@ -59,6 +59,27 @@ pub fn view(lease: &Lease) -> LeaseView {
         floor: floor.flatten().unwrap_or(0),
         trusted,
         next: next(lease),
+        released: released(lease),
+    }
+}
+
+/// The Lease's `leasehold.dev/released` list ([`LeaseView::released`]): the comma-separated
+/// request UIDs, blanks left out; empty when absent.
+pub fn released(lease: &Lease) -> Vec<String> {
+    lease
+        .annotations()
+        .get(RELEASED_ANNOTATION)
+        .map(|v| v.split(',').map(str::trim).filter(|e| !e.is_empty()).map(String::from).collect())
+        .unwrap_or_default()
+}
+
+/// Sets `leasehold.dev/released` on `lease` in memory to `released` (removed when empty).
+pub fn put_released(lease: &mut Lease, released: &[String]) {
+    let ann = lease.metadata.annotations.get_or_insert_with(BTreeMap::new);
+    if released.is_empty() {
+        ann.remove(RELEASED_ANNOTATION);
+    } else {
+        ann.insert(RELEASED_ANNOTATION.into(), released.join(","));
     }
 }
 

@@ -374,6 +374,7 @@ fn snapshot(view: &View, l: usize, fresh: Option<i64>, cfg: &Config, renewing: b
         floor: 0,
         trusted: true,
         next: None,
+        released: vec![],
     });
     Snapshot {
         settings: Settings {

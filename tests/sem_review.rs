@@ -44,6 +44,7 @@ fn lease(holder: Option<&str>, token: i64) -> LeaseView {
         floor: 0,
         trusted: true,
         next: None,
+        released: vec![],
     }
 }
 

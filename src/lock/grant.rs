@@ -186,6 +186,64 @@ pub struct LeaseView {
     /// whom a claim holder hands the lock to when it releases ([`Next`]); `None` when absent or
     /// unreadable.
     pub next: Option<Next>,
+    /// The requests of standing claims released by their holders (`leasehold.dev/released`,
+    /// [`crate::lock::RELEASED_ANNOTATION`]): request UIDs ([`request_uid`]), never granted
+    /// again. Empty when absent.
+    pub released: Vec<String>,
+}
+
+/// The candidate UID of request `request` of a standing claim (`spec.request`, issue 12):
+/// `<claim UID>/<request>`, e.g. `"6f1c...-9a/3"`. A standing claim is kept by its process
+/// across `acquire()`/`release()` cycles and counts its requests in `spec.request`; each request
+/// is queued, granted, rejected or released on its own, exactly like a one-shot claim whose UID
+/// is this string: it is what the Lease's `leasehold.dev/holder-uid` and the next-holder hint
+/// name. Kubernetes UIDs never contain `/`, so [`split_request_uid`] reads it back.
+pub fn request_uid(claim_uid: &str, request: i64) -> String {
+    format!("{claim_uid}/{request}")
+}
+
+/// Reads a candidate UID back: the object's `metadata.uid` and, for a request of a standing
+/// claim ([`request_uid`]), the request number. A pod's or one-shot claim's UID gives
+/// `(uid, None)`; an unreadable request number too (the whole string is taken as the UID).
+pub fn split_request_uid(uid: &str) -> (&str, Option<i64>) {
+    match uid.rsplit_once('/') {
+        Some((object, r)) => match r.parse::<i64>() {
+            Ok(r) if r > 0 => (object, Some(r)),
+            _ => (uid, None),
+        },
+        None => (uid, None),
+    }
+}
+
+/// How many entries of `leasehold.dev/released` ([`LeaseView::released`]) a Lease write keeps
+/// for claims that the writer does not see at all (deleted claims, or, in a lagging cache, not
+/// yet seen ones): below this bound none is dropped.
+pub const RELEASED_KEPT_UNSEEN: usize = 16;
+
+/// The `leasehold.dev/released` list that a Lease write by the operator keeps: `released` (as
+/// the Lease the write is based on has it) without the entries that can no longer matter. An
+/// entry `X/r` matters while claim `X` may still be at request `r`: it is dropped when a
+/// candidate shows `X` at a later request (a claim's request only grows, CEL-checked), and, only
+/// once more than [`RELEASED_KEPT_UNSEEN`] entries name claims absent from `candidates`, those
+/// entries are dropped too (a deleted claim's). A dropped entry whose claim does stay at `r`
+/// would make the operator grant a request nobody waits for: its process ignores it and the lock
+/// is free again one `leaseDurationSeconds` later (no safety property depends on the list).
+pub fn keep_released(released: &[String], candidates: &[Candidate]) -> Vec<String> {
+    // Each claim in view at its request: object UID -> request.
+    let seen: std::collections::BTreeMap<&str, i64> =
+        candidates.iter().filter_map(|c| Some(split_request_uid(&c.uid)).and_then(|(o, r)| Some((o, r?)))).collect();
+    let mut kept: Vec<&String> = released
+        .iter()
+        .filter(|e| match split_request_uid(e) {
+            (object, Some(r)) => seen.get(object).is_none_or(|now| *now <= r),
+            _ => false,
+        })
+        .collect();
+    let unseen = |e: &&String| !seen.contains_key(split_request_uid(e).0);
+    if kept.iter().filter(|e| unseen(e)).count() > RELEASED_KEPT_UNSEEN {
+        kept.retain(|e| !unseen(e));
+    }
+    kept.into_iter().cloned().collect()
 }
 
 /// A next-holder hint, written by the operator into the Lease while a claim holds it: the

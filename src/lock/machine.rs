@@ -209,6 +209,15 @@ struct Timers {
 pub fn step(snapshot: &Snapshot, now: Duration, clocks: &Clocks) -> Result<Step, TokenExhausted> {
     let mut clocks = clocks.clone();
     let mut candidates = snapshot.candidates.clone();
+    // A request its holder released (`leasehold.dev/released`, written by the release itself)
+    // is over: as if its one-shot claim were deleted. A Lease that still named it would keep
+    // it timed as an orphan claim holder (`time_holder`), but no release writes that.
+    let released: BTreeSet<&str> = std::iter::once(&snapshot.lease)
+        .chain(snapshot.extra_slots.iter().map(|s| &s.lease))
+        .flatten()
+        .flat_map(|l| l.released.iter().map(String::as_str))
+        .collect();
+    candidates.retain(|c| !released.contains(c.uid.as_str()));
     candidates.sort_by(|a, b| (a.created, &a.name, &a.uid).cmp(&(b.created, &b.name, &b.uid)));
 
     for c in &mut candidates {
@@ -632,6 +641,7 @@ mod tests {
                 trusted: true,
                 // b waits at the head: the hint the operator keeps while a holds.
                 next: Some(Next { identity: "b".into(), uid: "uid-b".into(), token: 5 }),
+                released: vec![],
             }),
             renew_marker: Some(marker.into()),
             extra_slots: vec![],
@@ -734,7 +744,7 @@ mod tests {
         assert_eq!((s.plan.decision, s.next), (Decision::SetNext, None));
         // A grant to b carries the hint for c, the next in the queue.
         let mut snap = snapshot("r1");
-        snap.lease = Some(LeaseView { holder: None, token: 4, floor: 0, trusted: true, next: None });
+        snap.lease = Some(LeaseView { holder: None, token: 4, floor: 0, trusted: true, next: None, released: vec![] });
         snap.candidates = vec![claim("b", 2, None), claim("c", 3, None)];
         let s = step(&snap, secs(1), &Clocks::default()).unwrap();
         assert!(
@@ -830,7 +840,7 @@ mod tests {
 
     /// A semaphore of `max` slots, every slot's Lease free, these candidates.
     fn semaphore(max: u32, candidates: Vec<Candidate>) -> Snapshot {
-        let free = LeaseView { holder: None, token: 0, floor: 0, trusted: true, next: None };
+        let free = LeaseView { holder: None, token: 0, floor: 0, trusted: true, next: None, released: vec![] };
         let extra = (1..max).map(|_| SlotLease { lease: Some(free.clone()), renew_marker: None }).collect();
         Snapshot {
             lease: Some(free),
@@ -852,6 +862,7 @@ mod tests {
             floor: 0,
             trusted: true,
             next: None,
+            released: vec![],
         };
         match k {
             0 => s.lease = Some(view),

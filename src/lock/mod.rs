@@ -34,6 +34,13 @@ pub const NEXT_HOLDER_ANNOTATION: &str = "leasehold.dev/next-holder";
 pub const NEXT_HOLDER_UID_ANNOTATION: &str = "leasehold.dev/next-holder-uid";
 /// Lease annotation: the next-holder hint's fencing token (decimal).
 pub const NEXT_TOKEN_ANNOTATION: &str = "leasehold.dev/next-token";
+/// Lease annotation: the requests of standing claims whose holder released them (issue 12,
+/// `docs/two-writes-per-grant.md`): comma-separated request UIDs ([`grant::request_uid`],
+/// `<claim UID>/<request>`). The holder's release writes its own entry in the same
+/// compare-and-swap that frees the Lease or hands it to the next holder, so every version of the
+/// Lease that no longer names a request also says that it was served; the operator never grants
+/// a request listed here ([`machine::step`]). Missing: none.
+pub const RELEASED_ANNOTATION: &str = "leasehold.dev/released";
 /// Label on every Lease the operator manages: the lock's name.
 pub const LEASE_LABEL: &str = "leasehold.dev/lock";
 /// Annotation on a pod that asks for several locks of its namespace at once (issue 14,
