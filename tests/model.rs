@@ -130,6 +130,7 @@ const CHANGED_GRANT: &str = "a waiter is granted after maxHolders changed";
 const HINT_HANDOVER: &str = "a claim holder's release hands the lock to the next-holder hint";
 const RECORD_LATER: &str = "a claim holds by its Lease while its status record waits (claim_record_delay)";
 const RELEASE_UNRECORDED: &str = "a claim releases before its grant is recorded in its status";
+const SECOND_REQUEST: &str = "a standing claim's second request is granted (issue 12)";
 const POD_NAMES: [&str; 3] = ["pod-a", "pod-b", "pod-c"];
 const CLAIM_NAMES: [&str; 2] = ["claim-x", "claim-y"];
 
@@ -178,6 +179,10 @@ enum Bug {
     /// A recreated Lease never names `grant::RECOVERY_HOLDER`: it is created free and grants
     /// at once, although a claim granted by the deleted Lease may act on that grant unrecorded.
     NoRecoveryHolder,
+    /// A standing claim's release frees the Lease (or hands it over) without listing its
+    /// request in `leasehold.dev/released` (issue 12, `docs/two-writes-per-grant.md`): the claim
+    /// still shows the request, unrecorded, and the operator grants it again.
+    ReleaseWithoutRecord,
 }
 
 /// A waiter's `leasehold.dev/on-busy` and `leasehold.dev/max-wait` (claims: `spec.onBusy`,
@@ -243,6 +248,11 @@ struct Config {
     /// The first pod was created before every claim but no operator's cache has seen it yet
     /// (a watch that lags): it is the oldest waiter once seen.
     unseen_old_pod: bool,
+    /// Requests per claim (issue 12, the standing claim): 1, a one-shot claim (its candidate
+    /// UID is the claim's UID); more, a standing claim whose process asks again after each
+    /// answer, by raising `spec.request` ([`Action::ClaimRequestsAgain`]); each request's
+    /// candidate UID is `grant::request_uid(uid, request)`.
+    requests: u8,
     /// Per pod slot and per claim: its busy policy.
     pod_policy: [Policy; 3],
     claim_policy: [Policy; 2],
@@ -272,6 +282,7 @@ impl Config {
         remove_max_holders: false,
         record_delay_secs: 0,
         unseen_old_pod: false,
+        requests: 1,
         pod_policy: [Policy::WAIT; 3],
         claim_policy: [Policy::WAIT; 2],
         bug: None,
@@ -305,6 +316,8 @@ struct LeaseObj {
     /// The next-holder hint (`leasehold.dev/next-holder`, `-uid`, `next-token`): identity, UID,
     /// token.
     next: Option<(String, String, i64)>,
+    /// `leasehold.dev/released`: request UIDs of standing claims their holders released.
+    released: Vec<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -356,6 +369,11 @@ struct ClaimObj {
     rv: u16,
     uid: String,
     created: i64,
+    /// `spec.request` (1 for a one-shot claim) and `spec.requestTime`.
+    request: u8,
+    requested_at: i64,
+    /// `status.request`: the request that `token`, `rejected` and `slot` are about.
+    status_request: u8,
     token: Option<i64>,
     /// `status.phase: Rejected` (the operator's rejection).
     rejected: bool,
@@ -378,6 +396,20 @@ struct ClaimProc {
     handed: Option<i64>,
     /// The slot whose Lease it renews (from its claim's status when it learned the grant).
     slot: u8,
+    /// The request it works on (0 reads as 1: [`ClaimProc::req`]).
+    request: u8,
+    /// When that request was sent (seconds; the first one at [`CLAIM_QUEUED_AT`]).
+    queued_at: u8,
+    /// The highest request it released by a Lease write that named it. A Lease that names a
+    /// released request again breaks I3. (A request it gave up on may still be named by a stale
+    /// hint, as a one-shot claim deleted under it may: it holds unrenewed until it expires.)
+    finished: u8,
+}
+
+impl ClaimProc {
+    fn req(&self) -> u8 {
+        self.request.max(1)
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -429,6 +461,8 @@ struct World {
     /// What happened on this path (coverage: [`RECLAIMED`], [`REJECTED_BUSY`],
     /// [`REJECTED_TIMEOUT`]).
     events: u16,
+    /// Claims are standing claims ([`Config::requests`] > 1): candidate UIDs are request UIDs.
+    standing: bool,
 }
 
 /// A start timeout's `DeletePod` landed on its holder.
@@ -450,6 +484,8 @@ const HANDED_OVER: u16 = 64;
 const RECORD_WAITED: u16 = 128;
 /// A claim's process released its grant while its claim's status did not record it yet.
 const RELEASED_UNRECORDED: u16 = 256;
+/// A standing claim's process learned the grant of its second request.
+const REQUESTED_AGAIN: u16 = 512;
 const REJECTED_THEN_GRANTED: &str = "I3: a rejected waiter was granted";
 
 /// A kind the operator watches: each kind's cache lags on its own (its own watch).
@@ -502,6 +538,9 @@ enum Action {
     ClaimReleases(usize),
     /// Someone deletes the claim object; its process does not know.
     ClaimDeleted(usize),
+    /// A standing claim's process, done with its request (released, lost or given up), asks
+    /// again: one merge patch of its claim raising `spec.request` (and `spec.requestTime`).
+    ClaimRequestsAgain(usize),
     /// A third party deletes slot `n`'s Lease.
     LeaseDeleted(usize),
     /// A third party edits the Lease to name waiting pod `n` with a plausible token.
@@ -547,6 +586,9 @@ impl LockModel {
                     rv: 1,
                     uid: format!("{}-0", CLAIM_NAMES[i]),
                     created: -10 + i as i64,
+                    request: 1,
+                    requested_at: -10 + i as i64,
+                    status_request: 1,
                     token: None,
                     rejected: false,
                     slot: 0,
@@ -555,7 +597,16 @@ impl LockModel {
             .collect();
         // Start where every lock is after its first reconcile: tokens reserved, the Lease
         // created free (the bootstrap path is explored again after a Lease deletion).
-        let lease = LeaseObj { rv: 1, holder: None, token: 0, floor: Some(0), renew: None, owner: 0, next: None };
+        let lease = LeaseObj {
+            rv: 1,
+            holder: None,
+            token: 0,
+            floor: Some(0),
+            renew: None,
+            owner: 0,
+            next: None,
+            released: vec![],
+        };
         let lock = LockObj {
             rv: 1,
             uid: 0,
@@ -582,8 +633,16 @@ impl LockModel {
             let token = k as i64 + 1;
             (p.gated, p.phase, p.token, p.granted_by, p.slot) = (false, phase, Some(token), Some(0), k as u8);
             let holder = Some((name.to_string(), p.uid.clone(), HolderKind::Pod));
-            api.leases[k] =
-                Some(LeaseObj { rv: 1, holder, token, floor: Some(0), renew: Some(1), owner: 0, next: None });
+            api.leases[k] = Some(LeaseObj {
+                rv: 1,
+                holder,
+                token,
+                floor: Some(0),
+                renew: Some(1),
+                owner: 0,
+                next: None,
+                released: vec![],
+            });
             api.lock.highest = token;
             if self.cfg.max_holders.is_some() {
                 api.lock.slot_tokens.resize(k + 1, 0);
@@ -612,8 +671,15 @@ impl LockModel {
             recreated: 0,
             broken: None,
             events: 0,
+            standing: self.cfg.requests > 1,
         }
     }
+}
+
+/// A claim's candidate UID: its object UID, or for a standing claim the request UID of
+/// `request` (`grant::request_uid`).
+fn claim_uid(object: &str, request: u8, standing: bool) -> String {
+    if standing { grant::request_uid(object, request.into()) } else { object.to_string() }
 }
 
 /// What the operator's conversion functions (`candidate_of_pod`, `candidate_of_claim`,
@@ -663,7 +729,11 @@ fn snapshot(view: &View, fresh_reservation: Option<i64>, cfg: &Config) -> Snapsh
     for (i, c) in view.claims.iter().enumerate() {
         let Some(c) = c else { continue };
         let (on_busy, max_wait) = policy(cfg.claim_policy[i]);
-        // `candidate_of_claim`: Rejected wins over a token.
+        // `candidate_of_claim`: the status counts for the request it is about; Rejected wins
+        // over a token.
+        let current = c.status_request == c.request;
+        let (rejected, token, slot) = if current { (c.rejected, c.token, c.slot) } else { (false, None, 0) };
+        let c = &ClaimObj { rejected, token, slot, ..c.clone() };
         let phase = match (c.rejected, c.token) {
             (true, None) if still_waits => Phase::Pending,
             (true, _) => Phase::Failed,
@@ -676,9 +746,9 @@ fn snapshot(view: &View, fresh_reservation: Option<i64>, cfg: &Config) -> Snapsh
             kind,
             name: CLAIM_NAMES[i].into(),
             identity: CLAIM_NAMES[i].into(),
-            uid: c.uid.clone(),
+            uid: claim_uid(&c.uid, c.request, cfg.requests > 1),
             resource_version: c.rv.to_string(),
-            created: ts(c.created),
+            created: ts(c.requested_at),
             gated: c.token.is_none(),
             node_name: None,
             node_lost: false,
@@ -701,7 +771,7 @@ fn snapshot(view: &View, fresh_reservation: Option<i64>, cfg: &Config) -> Snapsh
         token: l.token,
         floor: l.floor.unwrap_or(0),
         trusted: l.floor.is_some() && (l.holder.is_none() || l.token > 0),
-        released: vec![],
+        released: l.released.clone(),
         next: l.next.as_ref().map(|(identity, uid, token)| Next {
             identity: identity.clone(),
             uid: uid.clone(),
@@ -784,7 +854,11 @@ impl World {
         floor: Option<i64>,
         owner: u8,
         next: Option<&Next>,
+        released: Vec<String>,
     ) -> LeaseObj {
+        if let Some(g) = holder {
+            self.check_unfinished(&g.uid);
+        }
         let rv = self.rv();
         let token = holder.map_or(base.map_or(0, |b| b.token), |g| g.token);
         let ceiling = self.ceiling_of(owner);
@@ -806,9 +880,36 @@ impl World {
             renew: holder.map(|_| rv),
             owner,
             next: next.map(|n| (n.identity.clone(), n.uid.clone(), n.token)),
+            released,
         };
         self.api.leases[slot] = Some(lease.clone());
         lease
+    }
+
+    /// I3 for standing claims: a Lease write that names request `uid` of a claim whose process
+    /// released it (by a Lease write that named it).
+    fn check_unfinished(&mut self, uid: &str) {
+        if let (object, Some(r)) = grant::split_request_uid(uid)
+            && let Some(i) = (0..self.procs.len()).find(|i| format!("{}-0", CLAIM_NAMES[*i]) == object)
+            && i64::from(self.procs[i].finished) >= r
+        {
+            self.broken.get_or_insert("I3: a request its holder released was granted again");
+        }
+    }
+
+    /// A Lease is gone, and with it its `leasehold.dev/released` list: the operator can no longer
+    /// tell a released request from one whose process may still hold it, and it waits such a
+    /// request out (adopted, or behind `grant::RECOVERY_HOLDER`) for a lease duration, which names
+    /// it again, unrenewed. I3's check for released requests starts over.
+    fn forget_releases(&mut self) {
+        for p in &mut self.procs {
+            p.finished = 0;
+        }
+    }
+
+    /// Claim `i`'s candidate UID for the request its process works on.
+    fn proc_uid(&self, i: usize) -> String {
+        claim_uid(&format!("{}-0", CLAIM_NAMES[i]), self.procs[i].req(), self.standing)
     }
 
     /// Operator `n`'s next decision, by the real step function, on its session view (or, with
@@ -865,10 +966,19 @@ impl World {
             return;
         };
         self.ops[n].clocks = step.clocks;
+        let standing = self.standing;
         let unrecorded_holder =
             session.view.leases[0].as_ref().and_then(|l| l.holder.as_ref()).is_some_and(|(_, uid, _)| {
-                session.view.claims.iter().flatten().any(|c| &c.uid == uid && c.token.is_none() && !c.rejected)
+                session.view.claims.iter().flatten().any(|c| {
+                    claim_uid(&c.uid, c.request, standing) == *uid
+                        && (c.status_request != c.request || (c.token.is_none() && !c.rejected))
+                })
             });
+        // `leasehold.dev/released` as the operator's Lease writes keep it (`grant::keep_released`
+        // over the candidates of its view).
+        let candidates = snapshot(&session.view, None, cfg).candidates;
+        let keep =
+            |l: &Option<LeaseObj>| grant::keep_released(l.as_ref().map_or(&[][..], |l| &l.released), &candidates);
         if unrecorded_holder
             && matches!(step.plan.decision, Decision::Idle { requeue_after: Some(_) } | Decision::SetNext)
         {
@@ -900,16 +1010,21 @@ impl World {
             Decision::CreateLease { holder, floor } => {
                 if self.api.leases[slot].is_none() {
                     let owner = view.lock.uid;
-                    view.leases[slot] = Some(self.write_lease(slot, None, holder.as_ref(), Some(floor), owner, None));
+                    view.leases[slot] =
+                        Some(self.write_lease(slot, None, holder.as_ref(), Some(floor), owner, None, vec![]));
                     true
                 } else {
                     false
                 }
             }
             Decision::UpdateLease { holder, floor, .. } => {
-                self.cas_lease(slot, &mut view, holder.as_ref(), floor, bug, step.next.as_ref())
+                let keep = keep(&view.leases[slot]);
+                self.cas_lease(slot, &mut view, holder.as_ref(), floor, bug, step.next.as_ref(), keep)
             }
-            Decision::RepairLease { holder, floor } => self.cas_lease(slot, &mut view, Some(&holder), floor, bug, None),
+            Decision::RepairLease { holder, floor } => {
+                let keep = keep(&view.leases[slot]);
+                self.cas_lease(slot, &mut view, Some(&holder), floor, bug, None, keep)
+            }
             Decision::SetNext => {
                 // Only the hint, by compare-and-swap on the Lease version the step saw.
                 match (view.leases[slot].clone(), self.api.leases[slot].clone()) {
@@ -918,7 +1033,8 @@ impl World {
                     {
                         let rv = self.rv();
                         let next = step.next.as_ref().map(|n| (n.identity.clone(), n.uid.clone(), n.token));
-                        let lease = LeaseObj { rv, next, ..current };
+                        let released = keep(&Some(seen));
+                        let lease = LeaseObj { rv, next, released, ..current };
                         self.api.leases[slot] = Some(lease.clone());
                         view.leases[slot] = Some(lease);
                         true
@@ -994,9 +1110,14 @@ impl World {
             }
         } else {
             let i = CLAIM_NAMES.iter().position(|n| *n == r.name).unwrap();
-            match self.api.claims[i].as_mut().filter(|c| c.uid == r.uid && rv_ok(c.rv)) {
-                Some(c) if c.rejected => return false,
+            let (object, request) = grant::split_request_uid(&r.uid);
+            let request = request.map_or(1, |r| r as u8);
+            match self.api.claims[i].as_mut().filter(|c| c.uid == object && rv_ok(c.rv)) {
+                Some(c) if c.rejected && c.status_request == request => return false,
                 Some(c) => {
+                    if c.status_request != request {
+                        (c.token, c.status_request) = (None, request);
+                    }
                     if c.token.is_some() {
                         self.broken.get_or_insert(granted_already);
                     }
@@ -1004,7 +1125,7 @@ impl World {
                     view.claims[i] = Some(c.clone());
                     self.events |= bit;
                 }
-                None => view.claims[i] = view.claims[i].take().filter(|c| c.uid != r.uid),
+                None => view.claims[i] = view.claims[i].take().filter(|c| c.uid != object),
             }
         }
         true
@@ -1018,6 +1139,7 @@ impl World {
         floor: Option<i64>,
         bug: Option<Bug>,
         next: Option<&Next>,
+        released: Vec<String>,
     ) -> bool {
         let (Some(seen), Some(current)) = (view.leases[slot].clone(), self.api.leases[slot].clone()) else {
             return false;
@@ -1025,7 +1147,7 @@ impl World {
         if seen.rv != current.rv && bug != Some(Bug::LeaseWithoutPrecondition) {
             return false;
         }
-        view.leases[slot] = Some(self.write_lease(slot, Some(&seen), holder, floor, current.owner, next));
+        view.leases[slot] = Some(self.write_lease(slot, Some(&seen), holder, floor, current.owner, next, released));
         true
     }
 
@@ -1059,9 +1181,14 @@ impl World {
             HolderKind::Claim => {
                 let i = CLAIM_NAMES.iter().position(|n| *n == g.name).unwrap();
                 let rv = self.rv();
-                let Some(c) = self.api.claims[i].as_mut().filter(|c| c.uid == g.uid && rv_ok(c.rv)) else {
+                let (object, request) = grant::split_request_uid(&g.uid);
+                let request = request.map_or(1, |r| r as u8);
+                let Some(c) = self.api.claims[i].as_mut().filter(|c| c.uid == object && rv_ok(c.rv)) else {
                     return false;
                 };
+                if c.status_request != request {
+                    (c.token, c.rejected, c.status_request) = (None, false, request);
+                }
                 let new_grant = c.token != Some(g.token);
                 (c.token, c.rv, c.slot) = (Some(g.token), rv, g.slot as u8);
                 view.claims[i] = Some(c.clone());
@@ -1091,7 +1218,7 @@ impl World {
 
     /// Slot `k`'s Lease names claim `i` (holderIdentity and holder-uid) as its holder.
     fn lease_names_claim(&self, k: usize, i: usize) -> bool {
-        let uid = format!("{}-0", CLAIM_NAMES[i]);
+        let uid = self.proc_uid(i);
         self.api.leases[k]
             .as_ref()
             .and_then(|l| l.holder.as_ref())
@@ -1100,7 +1227,7 @@ impl World {
 
     /// Renewal by claim `i`'s process: succeeds while the Lease names it.
     fn renew(&mut self, i: usize) -> bool {
-        let uid = format!("{}-0", CLAIM_NAMES[i]);
+        let uid = self.proc_uid(i);
         let slot = usize::from(self.procs[i].slot);
         let names_it = self.api.leases[slot]
             .as_ref()
@@ -1175,10 +1302,11 @@ impl World {
                 stuck.push(POD_NAMES[i]);
             }
         }
+        let released = |uid: &String| self.api.leases.iter().flatten().any(|l| l.released.contains(uid));
         for (i, c) in self.api.claims.iter().enumerate() {
             if let Some(c) = c
-                && c.token.is_none()
-                && !c.rejected
+                && (c.status_request != c.request || (c.token.is_none() && !c.rejected))
+                && !released(&claim_uid(&c.uid, c.request, self.standing))
                 && !queues(cfg.claim_policy[i])
             {
                 stuck.push(CLAIM_NAMES[i]);
@@ -1197,7 +1325,7 @@ impl World {
             || self.procs.iter().enumerate().any(|(i, p)| {
                 p.paused
                     || (!p.done
-                        && (self.api.claims[i].as_ref().is_none_or(|c| c.rejected)
+                        && (self.api.claims[i].as_ref().is_none_or(|c| c.rejected && c.status_request == c.request)
                             || (0..self.api.leases.len()).any(|k| self.lease_names_claim(k, i))))
             });
         let settled = !env_owes
@@ -1285,16 +1413,26 @@ impl Model for LockModel {
         }
         for (i, proc_) in w.procs.iter().enumerate() {
             let claim = w.api.claims[i].as_ref();
+            // The status of the request the process works on (an older request's is ignored).
+            let current = claim.filter(|c| c.status_request == c.request);
             if !proc_.done && !proc_.paused {
-                if claim.is_some_and(|c| c.token.is_some() && w.lease_names_claim(usize::from(c.slot), i)) {
+                if current.is_some_and(|c| c.token.is_some() && w.lease_names_claim(usize::from(c.slot), i)) {
                     out.push(Action::ClaimLearns(i, None));
                 }
                 for k in (0..w.api.leases.len()).filter(|k| w.lease_names_claim(*k, i)) {
                     out.push(Action::ClaimLearns(i, Some(k)));
                 }
-                if claim.is_none_or(|c| c.rejected && c.token.is_none()) {
+                if claim.is_none() || current.is_some_and(|c| c.rejected && c.token.is_none()) {
                     out.push(Action::ClaimGivesUp(i));
                 }
+            }
+            if proc_.done
+                && proc_.holding.is_none()
+                && !proc_.paused
+                && proc_.req() < self.cfg.requests
+                && claim.is_some()
+            {
+                out.push(Action::ClaimRequestsAgain(i));
             }
             if proc_.holding.is_some() && !proc_.paused {
                 out.push(Action::ClaimRenews(i));
@@ -1394,13 +1532,20 @@ impl Model for LockModel {
                 (p.node_lost, p.rv) = (true, rv);
             }
             Action::ClaimGivesUp(i) => w.procs[i].done = true,
+            Action::ClaimRequestsAgain(i) => {
+                let (rv, now) = (w.rv(), w.now);
+                let c = w.api.claims[i].as_mut()?;
+                (c.request, c.requested_at, c.rv) = (c.request + 1, i64::from(now), rv);
+                let p = &mut w.procs[i];
+                (p.request, p.done, p.handed, p.slot, p.queued_at) = (p.req() + 1, false, None, 0, now);
+            }
             Action::ClaimLearns(i, from) => {
                 // `holder::Holder::wait_for_grant`: a Lease of the lock whose holderIdentity and
                 // holder-uid name the claim, seen on the Lease watch (`Some(k)`), or read once the
                 // claim's status shows a token (`None`: the Lease of the status's slot); the token
                 // and the slot are the Lease's, never the status's.
                 let k = match from {
-                    None => usize::from(w.api.claims[i].as_ref()?.slot),
+                    None => usize::from(w.api.claims[i].as_ref().filter(|c| c.status_request == c.request)?.slot),
                     Some(k) => k,
                 };
                 if !w.lease_names_claim(k, i) {
@@ -1420,10 +1565,15 @@ impl Model for LockModel {
                 // the start) was sent before any operator could see a grant to it, so it bounds
                 // the start of the operator's expiry clock from below. The planted bug counts
                 // from when the grant was learned instead, which a late watch event makes too late.
+                // A standing claim's later request: from when its patch was sent.
+                let queued = CLAIM_QUEUED_AT.max(w.procs[i].queued_at);
                 let (from, learned_late) = match self.cfg.bug {
                     Some(Bug::HolderClockFromLearning) => (start, false),
-                    _ => (CLAIM_QUEUED_AT, start >= CLAIM_QUEUED_AT + RENEW_DEADLINE),
+                    _ => (queued, start >= queued + RENEW_DEADLINE),
                 };
+                if w.procs[i].req() >= 2 {
+                    w.events |= REQUESTED_AGAIN;
+                }
                 if !learned_late {
                     w.procs[i].holding = Some(token);
                     w.procs[i].last_renew = from;
@@ -1452,17 +1602,31 @@ impl Model for LockModel {
                 // on the version it read), it hands the lock to the Lease's next-holder hint, with
                 // the hinted token, or frees it when there is none (issue 12).
                 w.procs[i].holding = None;
-                if w.api.claims[i].as_ref().is_some_and(|c| c.token.is_none()) {
+                if w.api.claims[i].as_ref().is_some_and(|c| c.token.is_none() || c.status_request != c.request) {
                     w.events |= RELEASED_UNRECORDED;
                 }
                 let slot = usize::from(w.procs[i].slot);
+                let me = w.proc_uid(i);
+                let standing = w.standing;
                 let names_it = w.api.leases[slot]
                     .as_ref()
                     .and_then(|l| l.holder.as_ref())
-                    .is_some_and(|(n, _, _)| n == CLAIM_NAMES[i]);
+                    .is_some_and(|(n, u, _)| n == CLAIM_NAMES[i] && (!standing || *u == me));
                 if names_it {
                     let rv = w.rv();
+                    w.procs[i].finished = w.procs[i].req();
+                    if let Some((_, uid, _)) = w.api.leases[slot].as_ref().and_then(|l| l.next.clone()) {
+                        w.check_unfinished(&uid);
+                    }
                     let lease = w.api.leases[slot].as_mut().unwrap();
+                    // A standing claim's release lists its request as released, in the same
+                    // write (its older entries dropped).
+                    if standing && self.cfg.bug != Some(Bug::ReleaseWithoutRecord) {
+                        let object = format!("{}-0", CLAIM_NAMES[i]);
+                        lease.released.retain(|e| grant::split_request_uid(e).0 != object);
+                        lease.released.push(me);
+                        lease.released.sort();
+                    }
                     match lease.next.take() {
                         Some((identity, uid, token)) => {
                             (lease.holder, lease.token, lease.renew, lease.rv) =
@@ -1484,6 +1648,7 @@ impl Model for LockModel {
             Action::LeaseDeleted(k) => {
                 w.faults += 1;
                 w.api.leases[k] = None;
+                w.forget_releases();
             }
             Action::LeaseForged(i) => {
                 w.faults += 1;
@@ -1493,7 +1658,9 @@ impl Model for LockModel {
                 let holder = Some((POD_NAMES[i].to_string(), p.uid.clone(), HolderKind::Pod));
                 let floor = w.api.leases[0].as_ref().and_then(|l| l.floor).or(Some(0));
                 let owner = w.api.leases[0].as_ref().map_or(w.api.lock.uid, |l| l.owner);
-                w.api.leases[0] = Some(LeaseObj { rv, holder, token, floor, renew: Some(rv), owner, next: None });
+                let released = w.api.leases[0].as_ref().map_or(vec![], |l| l.released.clone());
+                w.api.leases[0] =
+                    Some(LeaseObj { rv, holder, token, floor, renew: Some(rv), owner, next: None, released });
             }
             Action::LockRecreated => {
                 w.faults += 1;
@@ -1508,7 +1675,10 @@ impl Model for LockModel {
                     slot_tokens: vec![],
                 };
             }
-            Action::LeaseCollected(k) => w.api.leases[k] = None,
+            Action::LeaseCollected(k) => {
+                w.api.leases[k] = None;
+                w.forget_releases();
+            }
             Action::MaxHoldersChanged => {
                 w.max_changed = true;
                 let rv = w.rv();
@@ -1537,6 +1707,7 @@ impl Model for LockModel {
             Property::sometimes(HINT_HANDOVER, |_, w: &World| w.events & HANDED_OVER != 0),
             Property::sometimes(RECORD_LATER, |_, w: &World| w.events & RECORD_WAITED != 0),
             Property::sometimes(RELEASE_UNRECORDED, |_, w: &World| w.events & RELEASED_UNRECORDED != 0),
+            Property::sometimes(SECOND_REQUEST, |_, w: &World| w.events & REQUESTED_AGAIN != 0),
             Property::sometimes(TWO_AT_ONCE, |_, w: &World| w.running().iter().filter(|r| !r.1).count() >= 2),
         ]
     }
@@ -1656,6 +1827,37 @@ fn without_the_record_delay_no_record_waits() {
 
 /// The checker can fail I2 on the handover: a hint that carries the holder's own token hands
 /// the lock over with a token that was handed out already.
+/// Issue 12, the standing claim (`docs/two-writes-per-grant.md`): each claim's process asks
+/// again after its answer by raising `spec.request`; every request is its own candidate
+/// (`grant::request_uid`), and a release lists its request in the Lease's
+/// `leasehold.dev/released` in the same write that frees the Lease or hands it over. With the
+/// operator's status record delay, so short holds are never recorded in the claim's status.
+#[test]
+fn standing_claims_ask_again_and_a_released_request_is_never_granted_again() {
+    let cfg = Config { claims: 2, requests: 2, max_time: 3, record_delay_secs: 1, ..Config::BASE };
+    assert_safe("standing", cfg, STANDING_DEPTH, &[HINT_HANDOVER, SECOND_REQUEST, RELEASE_UNRECORDED]);
+}
+
+/// The standing claim beside a pod, with two operators whose caches lag.
+#[test]
+fn a_standing_claim_beside_a_pod_with_two_operators() {
+    let cfg =
+        Config { pods: 1, claims: 1, requests: 2, operators: 2, max_time: 3, record_delay_secs: 1, ..Config::BASE };
+    assert_safe("standing-pod", cfg, STANDING_POD_DEPTH, &[SECOND_REQUEST]);
+}
+
+/// A release that does not list its request in `leasehold.dev/released`: the claim still shows
+/// the request, unrecorded, and is granted again.
+#[test]
+fn a_planted_bug_release_without_record_is_caught() {
+    let cfg =
+        Config { claims: 1, requests: 2, restarts: 0, faults: 0, max_time: 2, record_delay_secs: 1, ..Config::BASE };
+    planted_violates(Bug::ReleaseWithoutRecord, cfg, 8, I3);
+}
+
+const STANDING_DEPTH: usize = 12;
+const STANDING_POD_DEPTH: usize = 9;
+
 #[test]
 fn a_planted_bug_hint_token_not_above_is_caught() {
     let cfg = Config { claims: 2, restarts: 0, faults: 0, ..Config::BASE };
