@@ -276,6 +276,8 @@ impl Holder {
                 on_busy,
                 max_wait_seconds: None,
                 locks: None,
+                request: None,
+                request_time: None,
             },
             status: None,
         };

@@ -154,6 +154,8 @@ impl SetHolder {
                 on_busy: OnBusy::Wait,
                 max_wait_seconds: None,
                 locks: Some(self.locks.clone()),
+                request: None,
+                request_time: None,
             },
             status: None,
         };

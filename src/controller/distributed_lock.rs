@@ -250,8 +250,9 @@ async fn reconcile_lock(lock: Arc<DistributedLock>, ctx: Arc<Context>, started: 
                 }
                 let observed = leases[slot as usize].as_ref().ok_or(Error::MissingField("Lease"))?;
                 let replaced = observed.metadata.resource_version.clone();
+                let base = with_released(observed, &snapshot.candidates);
                 let written =
-                    match lease::update(&lease_api, &lock, observed, holder.as_ref(), floor, next.as_ref()).await {
+                    match lease::update(&lease_api, &lock, &base, holder.as_ref(), floor, next.as_ref()).await {
                         Ok(w) => w,
                         Err(e) if e.is_conflict() && !reread => {
                             // The cache lagged behind the Lease (a holder released it right after
@@ -318,7 +319,8 @@ async fn reconcile_lock(lock: Arc<DistributedLock>, ctx: Arc<Context>, started: 
             Decision::RepairLease { holder, floor } => {
                 let observed = leases[slot as usize].as_ref().ok_or(Error::MissingField("Lease"))?;
                 let replaced = observed.metadata.resource_version.clone();
-                let written = lease::update(&lease_api, &lock, observed, Some(&holder), floor, None)
+                let base = with_released(observed, &snapshot.candidates);
+                let written = lease::update(&lease_api, &lock, &base, Some(&holder), floor, None)
                     .await
                     .inspect_err(|e| count_conflict(&ctx.metrics, e))?;
                 remember_lease(&ctx, &ns, slot, replaced, &written);
@@ -334,7 +336,8 @@ async fn reconcile_lock(lock: Arc<DistributedLock>, ctx: Arc<Context>, started: 
             Decision::SetNext => {
                 let observed = leases[slot as usize].as_ref().ok_or(Error::MissingField("Lease"))?;
                 let replaced = observed.metadata.resource_version.clone();
-                match lease::set_next(&lease_api, observed, next.as_ref()).await {
+                let base = with_released(observed, &snapshot.candidates);
+                match lease::set_next(&lease_api, &base, next.as_ref()).await {
                     Ok(written) => {
                         remember_lease(&ctx, &ns, slot, replaced, &written);
                         leases[slot as usize] = Some(written);
@@ -835,11 +838,26 @@ pub fn candidate_of_pod(p: &Pod, lock: &str, node_lost: bool) -> Option<Candidat
 /// `withdrawn` is `status.withdrawn[lock]`, `others_recorded` says every other lock of the set
 /// has a token in `status.tokens`, and it is gated until `status.phase` is `Granted` (or
 /// `Expired`, a granted set whose grant ended). It waits in FIFO order with no time limit.
+///
+/// A standing claim (`spec.request = Some(r)`, issue 12) is the candidate of its current request
+/// only: UID [`grant::request_uid`]`(metadata.uid, r)`, created at `spec.requestTime` (fallback
+/// `metadata.creationTimestamp`), and its status counts only when `status.request == Some(r)`;
+/// a status of an older request leaves request r waiting (no token, not rejected, not granted).
 pub fn candidate_of_claim(c: &DistributedLockClaim, lock: &str) -> Option<Candidate> {
     if !c.spec.concerns(lock) {
         return None;
     }
-    let status = c.status.clone().unwrap_or_default();
+    let object_uid = c.metadata.uid.clone()?;
+    let (uid, created, status) = match c.spec.request {
+        // A standing claim's request r: its own candidate, under its request UID, queued from
+        // when the process made it; the status counts only if it is that request's.
+        Some(r) => (
+            grant::request_uid(&object_uid, r),
+            c.spec.request_time.as_ref().map(|t| t.0).or(c.metadata.creation_timestamp.as_ref().map(|t| t.0))?,
+            c.status.clone().filter(|s| s.request == Some(r)).unwrap_or_default(),
+        ),
+        None => (object_uid, c.metadata.creation_timestamp.as_ref()?.0, c.status.clone().unwrap_or_default()),
+    };
     let set = c.spec.lock_set();
     let multi = (!set.is_empty()).then(|| MultiLock {
         unservable: false,
@@ -864,9 +882,9 @@ pub fn candidate_of_claim(c: &DistributedLockClaim, lock: &str) -> Option<Candid
         kind: HolderKind::Claim,
         name: c.metadata.name.clone()?,
         identity: c.spec.identity.clone(),
-        uid: c.metadata.uid.clone()?,
+        uid,
         resource_version: c.metadata.resource_version.clone().unwrap_or_default(),
-        created: c.metadata.creation_timestamp.as_ref()?.0,
+        created,
         gated: !granted,
         node_name: None,
         node_lost: false,
@@ -882,6 +900,35 @@ pub fn candidate_of_claim(c: &DistributedLockClaim, lock: &str) -> Option<Candid
         slot: if multi.is_some() { 0 } else { status.slot.unwrap_or(0) },
         multi,
     })
+}
+
+/// The claim object a candidate, Grant or Reject UID `uid` stands for, as the preconditions of
+/// a claim status patch: `{"uid": <object UID>, "resourceVersion": resource_version}`, and the
+/// standing claim's request that the status written describes (`status.request`), `None` for a
+/// one-shot claim or a pod ([`grant::split_request_uid`]).
+fn claim_target(uid: &str, resource_version: &str) -> (serde_json::Value, Option<i64>) {
+    let (object, request) = grant::split_request_uid(uid);
+    (json!({ "uid": object, "resourceVersion": resource_version }), request)
+}
+
+/// `status` (a claim status merge patch's `status` object) with `status.request = request` for
+/// a standing claim's request; unchanged for a one-shot claim (`None`).
+fn for_request(mut status: serde_json::Value, request: Option<i64>) -> serde_json::Value {
+    if let Some(r) = request {
+        status["request"] = json!(r);
+    }
+    status
+}
+
+/// `observed` with the `leasehold.dev/released` list that an operator write of it keeps
+/// ([`grant::keep_released`] over `candidates`, every pod and claim candidate of the lock as the
+/// snapshot has them): the base of every Lease update the operator makes, so a released request
+/// stays listed while its claim may still be at that request, and the list stays short.
+fn with_released(observed: &Lease, candidates: &[Candidate]) -> Lease {
+    let mut lease = observed.clone();
+    let kept = grant::keep_released(&lease::released(observed), candidates);
+    lease::put_released(&mut lease, &kept);
+    lease
 }
 
 /// Raises `status.tokenCeiling` to `to` with the lock's resourceVersion as precondition. For a
@@ -986,14 +1033,13 @@ async fn patch_holder(
         }
         HolderKind::Claim => {
             let api: Api<DistributedLockClaim> = Api::namespaced(ctx.client.clone(), ns);
-            let patch = json!({
-                "metadata": { "uid": g.uid, "resourceVersion": g.resource_version },
-                "status": {
-                    "phase": "Granted", "token": g.token, "reason": "Granted", "message": note,
-                    "slot": g.slot, "leaseName": lease::slot_lease_name(&lock.name_any(), g.slot),
-                    "lastTransitionTime": Timestamp::now(), "leaseResourceVersion": lease_rv,
-                },
+            let (metadata, request) = claim_target(&g.uid, &g.resource_version);
+            let status = json!({
+                "phase": "Granted", "token": g.token, "reason": "Granted", "message": note,
+                "slot": g.slot, "leaseName": lease::slot_lease_name(&lock.name_any(), g.slot),
+                "lastTransitionTime": Timestamp::now(), "leaseResourceVersion": lease_rv,
             });
+            let patch = json!({ "metadata": metadata, "status": for_request(status, request) });
             let claim =
                 call("patch claim status", api.patch_status(&g.name, &PatchParams::default(), &Patch::Merge(&patch)))
                     .await?;
@@ -1181,13 +1227,12 @@ async fn reject_waiter(
         }
         HolderKind::Claim => {
             let api: Api<DistributedLockClaim> = Api::namespaced(ctx.client.clone(), ns);
-            let patch = json!({
-                "metadata": { "uid": r.uid, "resourceVersion": r.resource_version },
-                "status": {
-                    "phase": "Rejected", "reason": r.reason.as_str(), "message": message,
-                    "lastTransitionTime": Timestamp::now(),
-                },
+            let (metadata, request) = claim_target(&r.uid, &r.resource_version);
+            let status = json!({
+                "phase": "Rejected", "reason": r.reason.as_str(), "message": message,
+                "lastTransitionTime": Timestamp::now(),
             });
+            let patch = json!({ "metadata": metadata, "status": for_request(status, request) });
             call("reject claim", api.patch_status(&r.name, &pp, &Patch::Merge(&patch)))
                 .await
                 .map(|c| (c.object_ref(&()), candidate_of_claim(&c, &lock.name_any())))
@@ -1281,6 +1326,10 @@ async fn expire_claims(
         // next. Not an expiry: left alone (if the claim stays, the next grant's higher token
         // marks it `GrantEnded`).
         .filter(|c| !(released.is_none() && lease.holder.is_none() && c.token == Some(lease_token)))
+        // A standing claim's request that its holder released (listed in the Lease's
+        // `leasehold.dev/released`): ended by its own holder, not expired; its claim stays and
+        // asks again with its next request (no status write per grant for it).
+        .filter(|c| !lease.released.contains(&c.uid))
         // A claim with a lock set releases its Leases one by one before it deletes itself, so
         // a lock it released may have moved on while it still releases the others: only a
         // grant this reconcile took back itself marks it `Expired` (its process learns any
@@ -1290,7 +1339,7 @@ async fn expire_claims(
         // (a claim this reconcile just wrote is newer than the cache: left to the next one).
         .filter(|c| {
             ctx.claims.state().iter().any(|x| {
-                x.metadata.uid.as_deref() == Some(c.uid.as_str())
+                x.metadata.uid.as_deref() == Some(grant::split_request_uid(&c.uid).0)
                     && x.metadata.resource_version.as_deref() == Some(c.resource_version.as_str())
                     && x.status.as_ref().and_then(|s| s.phase) == Some(ClaimPhase::Granted)
             })
@@ -1327,10 +1376,9 @@ async fn expire_claims(
                 ),
             ),
         };
-        let patch = json!({
-            "metadata": { "uid": c.uid, "resourceVersion": c.resource_version },
-            "status": { "phase": "Expired", "reason": why, "message": message, "lastTransitionTime": Timestamp::now() },
-        });
+        let (metadata, request) = claim_target(&c.uid, &c.resource_version);
+        let status = json!({ "phase": "Expired", "reason": why, "message": message, "lastTransitionTime": Timestamp::now() });
+        let patch = json!({ "metadata": metadata, "status": for_request(status, request) });
         match call("expire claim", api.patch_status(&c.name, &PatchParams::default(), &Patch::Merge(&patch))).await {
             Ok(claim) => {
                 tracing::info!(lock = %lock.name_any(), claim = %c.name, reason = why, "claim grant expired");
