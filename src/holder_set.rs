@@ -45,7 +45,7 @@ use tokio::sync::watch;
 
 use crate::crd::{ClaimPhase, DistributedLock, DistributedLockClaim, DistributedLockClaimSpec, OnBusy};
 use crate::holder::{
-    Holder, HolderError, KnownLease, LockGuard, LostReason, Resolved, Timings, clear_holder, delete_claim, renew,
+    Holder, HolderError, KnownLease, LockGuard, LostReason, Resolved, Single, Timings, clear_holder, delete_claim, renew,
     resolve_timings,
 };
 
@@ -232,7 +232,7 @@ impl SetTicket {
             let h = Holder::new(self.holder.client.clone(), &self.holder.namespace, lock, &self.holder.identity);
             let claim = (self.claim_name.clone(), self.claim_uid.clone());
             let token = tokens.get(lock).copied().unwrap_or_default();
-            match LockGuard::start(&h, claim, (token, 0), (lock.clone(), None, None), *timings, self.queued, false)
+            match LockGuard::start(&h, claim, (token, 0), (lock.clone(), None, None), *timings, self.queued, Single::SetMember)
                 .await
             {
                 Ok(g) => guards.push(g),
@@ -311,7 +311,7 @@ impl SetTicket {
 async fn free_all(holder: &SetHolder, claims: &Api<DistributedLockClaim>, name: &str, uid: &str) {
     let leases: Api<Lease> = Api::namespaced(holder.client.clone(), &holder.namespace);
     for lock in &holder.locks {
-        if let Err(e) = clear_holder(&leases, lock, &holder.identity, uid, &KnownLease::default(), false).await {
+        if let Err(e) = clear_holder(&leases, lock, &holder.identity, uid, &KnownLease::default(), false, None).await {
             tracing::debug!(error = %e, lock, "freeing a Lease of the set failed (it expires)");
         }
     }

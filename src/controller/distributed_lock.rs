@@ -1838,6 +1838,64 @@ mod tests {
         assert_eq!(status_digest(&a), status_digest(&b));
     }
 
+    fn standing_claim(request: i64, status: serde_json::Value) -> DistributedLockClaim {
+        serde_json::from_value(json!({
+            "apiVersion": "leasehold.dev/v1alpha1", "kind": "DistributedLockClaim",
+            "metadata": {"name": "l-abc", "namespace": "ns", "uid": "c1", "resourceVersion": "9",
+                         "creationTimestamp": "2026-12-05T10:00:00Z"},
+            "spec": {"lock": "l", "identity": "me", "request": request, "requestTime": "2026-12-05T10:05:00.250000Z"},
+            "status": status,
+        }))
+        .unwrap()
+    }
+
+    /// A standing claim is the candidate of its current request: request UID, queued from
+    /// `spec.requestTime`, and only its own request's status counts (an older request's grant or
+    /// rejection leaves it waiting).
+    #[test]
+    fn a_standing_claim_is_the_candidate_of_its_current_request_only() {
+        let c = candidate_of_claim(&standing_claim(2, json!(null)), "l").unwrap();
+        assert_eq!(c.uid, "c1/2");
+        assert_eq!(c.created, "2026-12-05T10:05:00.25Z".parse::<Timestamp>().unwrap());
+        assert_eq!((c.phase, c.gated, c.token), (Phase::Pending, true, None));
+        // Request 1's grant and rejection are not request 2's.
+        for old in [json!({"phase": "Granted", "token": 4, "request": 1}), json!({"phase": "Rejected", "request": 1})] {
+            let c = candidate_of_claim(&standing_claim(2, old.clone()), "l").unwrap();
+            assert_eq!((c.phase, c.gated, c.token), (Phase::Pending, true, None), "{old}");
+        }
+        let c = candidate_of_claim(&standing_claim(2, json!({"phase": "Granted", "token": 5, "request": 2})), "l").unwrap();
+        assert_eq!((c.phase, c.gated, c.token), (Phase::Running, false, Some(5)));
+        let c = candidate_of_claim(&standing_claim(2, json!({"phase": "Rejected", "request": 2})), "l").unwrap();
+        assert_eq!(c.phase, Phase::Failed);
+    }
+
+    /// A status write for a standing claim's request is made on the claim object (its UID as
+    /// precondition) and records the request; a one-shot claim's is as before.
+    #[test]
+    fn a_standing_requests_status_patch_targets_the_claim_object_and_records_the_request() {
+        let (meta, request) = claim_target("c1/3", "9");
+        assert_eq!((meta, request), (json!({"uid": "c1", "resourceVersion": "9"}), Some(3)));
+        assert_eq!(for_request(json!({"phase": "Granted"}), request), json!({"phase": "Granted", "request": 3}));
+        let (meta, request) = claim_target("c1", "9");
+        assert_eq!((meta, request), (json!({"uid": "c1", "resourceVersion": "9"}), None));
+        assert_eq!(for_request(json!({"phase": "Granted"}), request), json!({"phase": "Granted"}));
+    }
+
+    /// Every operator Lease update keeps the released list, without the entries of claims seen
+    /// at a later request.
+    #[test]
+    fn an_operator_lease_write_keeps_the_released_requests_that_still_matter() {
+        let mut observed = Lease::default();
+        lease::put_released(&mut observed, &["c1/1".into(), "c2/4".into()]);
+        let c2 = candidate_of_claim(&standing_claim(5, json!(null)), "l").map(|mut c| {
+            c.uid = "c2/5".into();
+            c
+        });
+        let c1 = candidate_of_claim(&standing_claim(1, json!(null)), "l").unwrap();
+        let written = with_released(&observed, &[c1, c2.unwrap()]);
+        assert_eq!(lease::released(&written), vec!["c1/1".to_string()]);
+    }
+
     #[test]
     fn backoff_doubles_with_jitter_up_to_five_minutes() {
         for (failures, base) in [(1, 1), (2, 2), (3, 4), (10, 300), (100, 300)] {
