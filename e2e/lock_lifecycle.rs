@@ -365,7 +365,8 @@ async fn record(ns: &TestNs, lease: &str) -> Recorded {
     tokio::spawn(async move {
         while let Some(Ok(ev)) = stream.next().await {
             if let WatchEvent::Added(l) | WatchEvent::Modified(l) = ev {
-                let uid = l.metadata.annotations.unwrap_or_default().get(leasehold::lock::HOLDER_UID_ANNOTATION).cloned();
+                let uid =
+                    l.metadata.annotations.unwrap_or_default().get(leasehold::lock::HOLDER_UID_ANNOTATION).cloned();
                 sink.lock().unwrap().push(uid.unwrap_or_default());
             }
         }
@@ -411,7 +412,8 @@ async fn a_holder_acquires_again_on_its_standing_claim_with_a_higher_token_and_n
     assert_eq!(listed[0].spec.request, Some(2));
     assert!(listed[0].spec.request_time.is_some());
     let l = leases.get("l").await.unwrap();
-    let holder_uid = l.metadata.annotations.clone().unwrap_or_default().get(leasehold::lock::HOLDER_UID_ANNOTATION).cloned();
+    let holder_uid =
+        l.metadata.annotations.clone().unwrap_or_default().get(leasehold::lock::HOLDER_UID_ANNOTATION).cloned();
     assert_eq!(holder_uid, Some(request_uid(&uid, 2)), "the Lease names request 2");
     second.release().await.expect("second release");
     let l = leases.get("l").await.unwrap();

@@ -45,8 +45,8 @@ use tokio::sync::watch;
 
 use crate::crd::{ClaimPhase, DistributedLock, DistributedLockClaim, DistributedLockClaimSpec, OnBusy};
 use crate::holder::{
-    Holder, HolderError, KnownLease, LockGuard, LostReason, Resolved, Single, Timings, clear_holder, delete_claim, renew,
-    resolve_timings,
+    Holder, HolderError, KnownLease, LockGuard, LostReason, Resolved, Single, Timings, clear_holder, delete_claim,
+    renew, resolve_timings,
 };
 
 /// The most locks one claim may ask for (the CRD's `spec.locks` bound).
@@ -232,8 +232,16 @@ impl SetTicket {
             let h = Holder::new(self.holder.client.clone(), &self.holder.namespace, lock, &self.holder.identity);
             let claim = (self.claim_name.clone(), self.claim_uid.clone());
             let token = tokens.get(lock).copied().unwrap_or_default();
-            match LockGuard::start(&h, claim, (token, 0), (lock.clone(), None, None), *timings, self.queued, Single::SetMember)
-                .await
+            match LockGuard::start(
+                &h,
+                claim,
+                (token, 0),
+                (lock.clone(), None, None),
+                *timings,
+                self.queued,
+                Single::SetMember,
+            )
+            .await
             {
                 Ok(g) => guards.push(g),
                 Err(e) => {

@@ -171,7 +171,12 @@ pub struct WaiterReport {
     pub name: String,
     /// The identity it would hold under (the pod name, or the claim's `spec.identity`).
     pub identity: String,
-    /// Its `metadata.creationTimestamp` (RFC 3339): what the wait is measured from.
+    /// A standing claim's request that waits (`spec.request`, issue 12); absent for a pod or a
+    /// one-shot claim.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request: Option<i64>,
+    /// Its `metadata.creationTimestamp` (a standing claim: its `spec.requestTime`), RFC 3339:
+    /// what the wait is measured from.
     pub created: String,
     /// Seconds since `created`.
     pub waited_seconds: i64,
@@ -279,7 +284,8 @@ fn slot_holders(
                 (LeaseRead::Forbidden, true) => {
                     let h = lock?.status.as_ref()?.holders.iter().find(|h| h.slot == k)?;
                     let object_uid = h.uid.as_deref().map(|u| grant::split_request_uid(u).0);
-                    let is_claim = claims.iter().any(|c| c.metadata.uid.is_some() && c.metadata.uid.as_deref() == object_uid);
+                    let is_claim =
+                        claims.iter().any(|c| c.metadata.uid.is_some() && c.metadata.uid.as_deref() == object_uid);
                     Some(CurrentHolder {
                         name: h.name.clone(),
                         uid: h.uid.clone(),
@@ -428,6 +434,7 @@ pub fn lock_report_slots(
             kind: c.kind.as_str().to_string(),
             name: c.name.clone(),
             identity: c.identity.clone(),
+            request: grant::split_request_uid(&c.uid).1,
             created: rfc3339(c.created),
             waited_seconds: seconds_since(c.created, now),
         })
@@ -517,7 +524,11 @@ pub fn render_table(reports: &[LockReport], namespaces: bool) -> String {
         let _ = writeln!(tw, "{ns_head}LOCK\tPOSITION\tWAITER\tKIND\tCREATED\tWAITED (SINCE CREATED)");
         for r in reports {
             for w in &r.waiters {
-                let who = if w.kind == "Claim" { format!("{} ({})", w.name, w.identity) } else { w.name.clone() };
+                let who = match (w.kind.as_str(), w.request) {
+                    ("Claim", Some(r)) => format!("{} request {r} ({})", w.name, w.identity),
+                    ("Claim", None) => format!("{} ({})", w.name, w.identity),
+                    _ => w.name.clone(),
+                };
                 let _ = writeln!(
                     tw,
                     "{}{}\t{}\t{who}\t{}\t{}\t{}",
@@ -994,7 +1005,8 @@ pub fn explain_claim(
     let holding = slot_holders(lock, slots, claims);
     let uid = request_uid.as_deref();
     if let Some(r) = request
-        && let Some(l) = slots.iter().find_map(|s| s.lease().filter(|l| lease::released(l).iter().any(|e| Some(e.as_str()) == uid)))
+        && let Some(l) =
+            slots.iter().find_map(|s| s.lease().filter(|l| lease::released(l).iter().any(|e| Some(e.as_str()) == uid)))
     {
         let first = format!(
             "Claim {name} ({identity}) released request {r} of lock {lock_name} (the Lease {} lists it in {}): its \

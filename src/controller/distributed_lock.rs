@@ -251,26 +251,26 @@ async fn reconcile_lock(lock: Arc<DistributedLock>, ctx: Arc<Context>, started: 
                 let observed = leases[slot as usize].as_ref().ok_or(Error::MissingField("Lease"))?;
                 let replaced = observed.metadata.resource_version.clone();
                 let base = with_released(observed, &snapshot.candidates);
-                let written =
-                    match lease::update(&lease_api, &lock, &base, holder.as_ref(), floor, next.as_ref()).await {
-                        Ok(w) => w,
-                        Err(e) if e.is_conflict() && !reread => {
-                            // The cache lagged behind the Lease (a holder released it right after
-                            // the watch event that woke us, or our own last write is not cached
-                            // yet): read it and decide again now, instead of 200 ms later. Safe: a
-                            // fresher view of one object (the model's caches catch up per kind at
-                            // any time), and the next write is again a compare-and-swap.
-                            count_conflict(&ctx.metrics, &e);
-                            reread = true;
-                            let lease_name = observed.name_any();
-                            leases[slot as usize] = call("get Lease", lease_api.get_opt(&lease_name)).await?;
-                            continue;
-                        }
-                        Err(e) => {
-                            count_conflict(&ctx.metrics, &e);
-                            return Err(e);
-                        }
-                    };
+                let written = match lease::update(&lease_api, &lock, &base, holder.as_ref(), floor, next.as_ref()).await
+                {
+                    Ok(w) => w,
+                    Err(e) if e.is_conflict() && !reread => {
+                        // The cache lagged behind the Lease (a holder released it right after
+                        // the watch event that woke us, or our own last write is not cached
+                        // yet): read it and decide again now, instead of 200 ms later. Safe: a
+                        // fresher view of one object (the model's caches catch up per kind at
+                        // any time), and the next write is again a compare-and-swap.
+                        count_conflict(&ctx.metrics, &e);
+                        reread = true;
+                        let lease_name = observed.name_any();
+                        leases[slot as usize] = call("get Lease", lease_api.get_opt(&lease_name)).await?;
+                        continue;
+                    }
+                    Err(e) => {
+                        count_conflict(&ctx.metrics, &e);
+                        return Err(e);
+                    }
+                };
                 remember_lease(&ctx, &ns, slot, replaced, &written);
                 leases[slot as usize] = Some(written);
                 // A claim whose grant this write took back shows `Expired` before the next
@@ -1377,7 +1377,8 @@ async fn expire_claims(
             ),
         };
         let (metadata, request) = claim_target(&c.uid, &c.resource_version);
-        let status = json!({ "phase": "Expired", "reason": why, "message": message, "lastTransitionTime": Timestamp::now() });
+        let status =
+            json!({ "phase": "Expired", "reason": why, "message": message, "lastTransitionTime": Timestamp::now() });
         let patch = json!({ "metadata": metadata, "status": for_request(status, request) });
         match call("expire claim", api.patch_status(&c.name, &PatchParams::default(), &Patch::Merge(&patch))).await {
             Ok(claim) => {
@@ -1863,7 +1864,8 @@ mod tests {
             let c = candidate_of_claim(&standing_claim(2, old.clone()), "l").unwrap();
             assert_eq!((c.phase, c.gated, c.token), (Phase::Pending, true, None), "{old}");
         }
-        let c = candidate_of_claim(&standing_claim(2, json!({"phase": "Granted", "token": 5, "request": 2})), "l").unwrap();
+        let c =
+            candidate_of_claim(&standing_claim(2, json!({"phase": "Granted", "token": 5, "request": 2})), "l").unwrap();
         assert_eq!((c.phase, c.gated, c.token), (Phase::Running, false, Some(5)));
         let c = candidate_of_claim(&standing_claim(2, json!({"phase": "Rejected", "request": 2})), "l").unwrap();
         assert_eq!(c.phase, Phase::Failed);
