@@ -161,8 +161,11 @@ async fn clean_release_hands_over_at_once_and_a_deleted_claim_does_not_revoke_a_
     let c_holder = Holder::new(ns.client.clone(), &ns.ns, "l", "c");
     let c_task = tokio::spawn(async move { c_holder.acquire(Some(WAIT)).await });
     let claims = ns.api::<DistributedLockClaim>();
-    wait_until("c queued", WAIT, || async { claims.list(&Default::default()).await.is_ok_and(|l| l.items.len() == 2) })
-        .await;
+    // a's standing claim stays after its release (issue 12): c is queued once its claim exists.
+    wait_until("c queued", WAIT, || async {
+        claims.list(&Default::default()).await.is_ok_and(|l| l.items.iter().any(|c| c.spec.identity == "c"))
+    })
+    .await;
     let b_claim =
         claims.list(&Default::default()).await.unwrap().items.into_iter().find(|c| c.spec.identity == "b").unwrap();
     claims.delete(&b_claim.metadata.name.unwrap(), &DeleteParams::default()).await.unwrap();
@@ -261,7 +264,8 @@ async fn a_lock_guard_dropped_without_release_hands_over_without_waiting_for_the
     let mut ns = TestNs::new("dropguard").await;
     ns.create_lock("l", json!({})).await; // 15 s lease
     ns.start_operator(&[]);
-    let a = Holder::new(ns.client.clone(), &ns.ns, "l", "a").acquire(Some(WAIT)).await.expect("a acquires");
+    let a_holder = Holder::new(ns.client.clone(), &ns.ns, "l", "a");
+    let a = a_holder.acquire(Some(WAIT)).await.expect("a acquires");
     let b_holder = Holder::new(ns.client.clone(), &ns.ns, "l", "b");
     let b_task = tokio::spawn(async move { b_holder.acquire(Some(WAIT)).await });
     let claims = ns.api::<DistributedLockClaim>();
@@ -272,6 +276,13 @@ async fn a_lock_guard_dropped_without_release_hands_over_without_waiting_for_the
     let b = b_task.await.unwrap().expect("b acquires");
     assert!(dropped.elapsed() < Duration::from_secs(5), "handover after a drop took {:?}", dropped.elapsed());
     assert_eq!(b.token(), 2);
+    // a's standing claim stays (issue 12): the background release listed its request as
+    // released in the Lease write that handed over; `close()` deletes it.
+    let a_claim = claims.list(&Default::default()).await.unwrap().items.into_iter().find(|c| c.spec.identity == "a");
+    let a_request = leasehold::lock::grant::request_uid(&a_claim.unwrap().metadata.uid.unwrap(), 1);
+    let lease = ns.api::<k8s_openapi::api::coordination::v1::Lease>().get("l").await.unwrap();
+    assert!(leasehold::lease::released(&lease).contains(&a_request), "a's request is listed as released");
+    a_holder.close().await;
     wait_until("a's claim deleted", WAIT, || async {
         claims.list(&Default::default()).await.is_ok_and(|l| l.items.iter().map(|c| c.spec.identity.as_str()).eq(["b"]))
     })

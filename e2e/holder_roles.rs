@@ -144,7 +144,8 @@ async fn a_service_account_bound_only_to_the_holder_role_holds_locks() {
 
     // (b) The library: acquire, a background renewal, a try_acquire that finds the lock busy
     // (claim rejected, then cancelled), release.
-    let guard = Holder::new(runner.clone(), &ns.ns, "l", &user).acquire(Some(WAIT)).await.expect("Holder::acquire");
+    let holder = Holder::new(runner.clone(), &ns.ns, "l", &user);
+    let guard = holder.acquire(Some(WAIT)).await.expect("Holder::acquire");
     assert_eq!(guard.token(), 2);
     assert_eq!(lease_holder(&ns, "l").await.as_deref(), Some(user.as_str()));
     let busy = Holder::new(runner.clone(), &ns.ns, "l", "someone-else").try_acquire().await.expect("try_acquire");
@@ -161,7 +162,12 @@ async fn a_service_account_bound_only_to_the_holder_role_holds_locks() {
     assert!(out.contains("lease-grants"), "refused by the Lease policy: {out}");
     assert_eq!(lease_holder(&ns, "l").await.as_deref(), Some(user.as_str()));
     assert!(!guard.is_lost());
+    // The release of a standing claim's request (issue 12) lists it in the Lease's
+    // leasehold.dev/released, admitted by the Lease policy; the claim stays until `close()`.
     guard.release().await.expect("release");
+    let lease = ns.api::<Lease>().get("l").await.unwrap();
+    assert_eq!(leasehold::lease::released(&lease).len(), 1, "the release lists its request");
+    holder.close().await;
     wait_released(&ns, "l").await;
 
     // (b2) Issue 12: the Lease policy lets a holder hand its grant to the next holder the operator
@@ -171,8 +177,10 @@ async fn a_service_account_bound_only_to_the_holder_role_holds_locks() {
     let user2 = user_of(&ns, "runner2");
     let locks2: Api<DistributedLock> = Api::namespaced(runner2.clone(), &ns.ns);
     wait_until("runner2 may get lock l", WAIT, || async { locks2.get("l").await.is_ok() }).await;
-    let first = Holder::new(runner.clone(), &ns.ns, "l", &user).acquire(Some(WAIT)).await.expect("runner acquires");
-    let second = Holder::new(runner2.clone(), &ns.ns, "l", &user2);
+    let first_holder = Holder::new(runner.clone(), &ns.ns, "l", &user);
+    let first = first_holder.acquire(Some(WAIT)).await.expect("runner acquires");
+    let second_holder = Holder::new(runner2.clone(), &ns.ns, "l", &user2);
+    let second = second_holder.clone();
     let second = tokio::spawn(async move { second.acquire(Some(WAIT)).await });
     let admin_leases = ns.api::<Lease>();
     wait_until("the Lease names runner2 as next holder", WAIT, || async {
@@ -201,6 +209,14 @@ async fn a_service_account_bound_only_to_the_holder_role_holds_locks() {
         &policy,
         "fencing token",
     );
+    // The released list (issue 12) only changes with the holder's release: a holder that keeps
+    // the lock may not mark a request released (it would keep that waiter from being granted).
+    let forged_release = json!({"metadata": {"annotations": {"leasehold.dev/released": format!("{next_uid}")}}});
+    crate::install::assert_denied(
+        as_runner.patch("l", &PatchParams::default(), &Patch::Merge(&forged_release)).await,
+        &policy,
+        "leasehold.dev/released",
+    );
     // The handover itself, exactly as the hint says (server-side dry run): admitted.
     let handover = json!({
         "metadata": {"annotations": {
@@ -219,6 +235,8 @@ async fn a_service_account_bound_only_to_the_holder_role_holds_locks() {
     assert_eq!(second.token(), token + 1);
     assert_eq!(lease_holder(&ns, "l").await.as_deref(), Some(user2.as_str()));
     second.release().await.expect("runner2 releases");
+    first_holder.close().await;
+    second_holder.close().await;
     wait_released(&ns, "l").await;
 
     // (c) Nothing beyond that: the Lease only by read, watch (the wait for the grant) and

@@ -328,3 +328,149 @@ async fn granted_pod_that_never_starts_is_reclaimed_after_the_start_timeout() {
     assert!(token_of(&next).unwrap() > 1);
     ns.cleanup().await;
 }
+
+/// Every `ADDED` / `DELETED` event of the claims in the test namespace from now on, as
+/// `(event, claim UID)`, and every version of Lease `lease` (its `leasehold.dev/holder-uid`, ""
+/// when free), collected in the background (issue 12: what the standing claim must not write,
+/// and what the Lease named).
+struct Recorded {
+    claims: std::sync::Arc<std::sync::Mutex<Vec<(String, String)>>>,
+    lease_holders: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+async fn record(ns: &TestNs, lease: &str) -> Recorded {
+    use futures::StreamExt;
+    use kube::api::{WatchEvent, WatchParams};
+    use leasehold::crd::DistributedLockClaim;
+    let claims_api = ns.api::<DistributedLockClaim>();
+    let rv = claims_api.list(&ListParams::default()).await.unwrap().metadata.resource_version.unwrap_or_default();
+    let mut stream = claims_api.watch(&WatchParams::default(), &rv).await.unwrap().boxed();
+    let claims = std::sync::Arc::new(std::sync::Mutex::new(vec![]));
+    let sink = claims.clone();
+    tokio::spawn(async move {
+        while let Some(Ok(ev)) = stream.next().await {
+            let (what, c) = match ev {
+                WatchEvent::Added(c) => ("ADDED", c),
+                WatchEvent::Deleted(c) => ("DELETED", c),
+                _ => continue,
+            };
+            sink.lock().unwrap().push((what.to_string(), c.metadata.uid.unwrap_or_default()));
+        }
+    });
+    let leases = ns.api::<Lease>();
+    let by_name = WatchParams::default().fields(&format!("metadata.name={lease}"));
+    let mut stream = leases.watch(&by_name, "0").await.unwrap().boxed();
+    let lease_holders = std::sync::Arc::new(std::sync::Mutex::new(vec![]));
+    let sink = lease_holders.clone();
+    tokio::spawn(async move {
+        while let Some(Ok(ev)) = stream.next().await {
+            if let WatchEvent::Added(l) | WatchEvent::Modified(l) = ev {
+                let uid =
+                    l.metadata.annotations.unwrap_or_default().get(leasehold::lock::HOLDER_UID_ANNOTATION).cloned();
+                sink.lock().unwrap().push(uid.unwrap_or_default());
+            }
+        }
+    });
+    Recorded { claims, lease_holders }
+}
+
+fn released_of(l: &Lease) -> Vec<String> {
+    leasehold::lease::released(l)
+}
+
+/// Issue 12: a `Holder` keeps one standing claim across acquire/release cycles. The second
+/// acquire raises `spec.request` of the same claim object (same UID): no claim is created or
+/// deleted in between, the Lease names the request UID `<claim UID>/2`, lists request 1 as
+/// released, and the second grant's token is higher. `close()` deletes the claim.
+#[tokio::test]
+async fn a_holder_acquires_again_on_its_standing_claim_with_a_higher_token_and_no_claim_create_or_delete() {
+    use leasehold::crd::DistributedLockClaim;
+    use leasehold::holder::Holder;
+    use leasehold::lock::grant::request_uid;
+    let mut ns = TestNs::new("standing").await;
+    ns.create_lock("l", json!({})).await;
+    ns.start_operator(&[]);
+    let claims = ns.api::<DistributedLockClaim>();
+    let leases = ns.api::<Lease>();
+    let rec = record(&ns, "l").await;
+    let holder = Holder::new(ns.client.clone(), &ns.ns, "l", "me");
+    let first = holder.acquire(Some(WAIT)).await.expect("first acquire");
+    let t1 = first.token();
+    let listed = claims.list(&ListParams::default()).await.unwrap().items;
+    assert_eq!(listed.len(), 1, "one claim");
+    let uid = listed[0].metadata.uid.clone().unwrap();
+    assert_eq!(listed[0].spec.request, Some(1));
+    first.release().await.expect("first release");
+    let l = leases.get("l").await.unwrap();
+    assert_eq!(released_of(&l), vec![request_uid(&uid, 1)], "the release lists request 1");
+    // A clone shares the standing claim.
+    let second = holder.clone().acquire(Some(WAIT)).await.expect("second acquire");
+    assert!(second.token() > t1, "second token {} above the first {t1}", second.token());
+    let listed = claims.list(&ListParams::default()).await.unwrap().items;
+    assert_eq!(listed.len(), 1, "still one claim");
+    assert_eq!(listed[0].metadata.uid.as_deref(), Some(uid.as_str()), "the same claim object");
+    assert_eq!(listed[0].spec.request, Some(2));
+    assert!(listed[0].spec.request_time.is_some());
+    let l = leases.get("l").await.unwrap();
+    let holder_uid =
+        l.metadata.annotations.clone().unwrap_or_default().get(leasehold::lock::HOLDER_UID_ANNOTATION).cloned();
+    assert_eq!(holder_uid, Some(request_uid(&uid, 2)), "the Lease names request 2");
+    second.release().await.expect("second release");
+    let l = leases.get("l").await.unwrap();
+    assert_eq!(released_of(&l), vec![request_uid(&uid, 2)], "request 2 replaces request 1 in the list");
+    // No claim was created or deleted after the first create.
+    let events = rec.claims.lock().unwrap().clone();
+    assert_eq!(events, vec![("ADDED".to_string(), uid.clone())], "claim events between the acquires");
+    holder.close().await;
+    wait_until("the standing claim is deleted by close()", WAIT, || async {
+        claims.list(&ListParams::default()).await.unwrap().items.is_empty()
+    })
+    .await;
+    drop(rec.lease_holders);
+    ns.cleanup().await;
+}
+
+/// Issue 12: a released request of a standing claim is never granted again. A releases (within
+/// the operator's one-second record delay, so its claim's status never records the grant) while
+/// B waits: the release's Lease write lists A's request UID in `leasehold.dev/released`, B is
+/// granted, and after B releases too the Lease stays free: no version of it names A's request
+/// again, although A's claim still shows that request.
+#[tokio::test]
+async fn a_released_request_of_a_standing_claim_is_never_granted_again() {
+    use leasehold::crd::DistributedLockClaim;
+    use leasehold::holder::Holder;
+    use leasehold::lock::grant::request_uid;
+    use std::time::Duration;
+    let mut ns = TestNs::new("released").await;
+    ns.create_lock("l", json!({"leaseDurationSeconds": 3})).await;
+    ns.start_operator(&[]);
+    let claims = ns.api::<DistributedLockClaim>();
+    let leases = ns.api::<Lease>();
+    let rec = record(&ns, "l").await;
+    let a = Holder::new(ns.client.clone(), &ns.ns, "l", "a");
+    let b = Holder::new(ns.client.clone(), &ns.ns, "l", "b");
+    let ga = a.acquire(Some(WAIT)).await.expect("a acquires");
+    let b_ticket = b.enqueue(leasehold::crd::OnBusy::Wait).await.expect("b enqueues");
+    let a_claim = claims.list(&ListParams::default()).await.unwrap().items.into_iter().find(|c| c.spec.identity == "a");
+    let a_request = request_uid(&a_claim.unwrap().metadata.uid.unwrap(), 1);
+    ga.release().await.expect("a releases");
+    let gb = b_ticket.wait(Some(WAIT)).await.expect("b is granted");
+    let l = leases.get("l").await.unwrap();
+    assert!(released_of(&l).contains(&a_request), "the Lease lists a's request: {:?}", released_of(&l));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    gb.release().await.expect("b releases");
+    // Two lease durations: a's claim still asks with request 1, and the lock stays free.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let a_claim = claims.list(&ListParams::default()).await.unwrap().items.into_iter().find(|c| c.spec.identity == "a");
+    assert_eq!(a_claim.and_then(|c| c.spec.request), Some(1), "a's claim stays at request 1");
+    let l = leases.get("l").await.unwrap();
+    assert_eq!(l.spec.and_then(|s| s.holder_identity), None, "the lock stays free");
+    // The versions naming a's request are one run (its grant and renewals): none after it.
+    let holders = rec.lease_holders.lock().unwrap().clone();
+    let at: Vec<usize> = holders.iter().enumerate().filter(|(_, u)| **u == a_request).map(|(i, _)| i).collect();
+    assert!(!at.is_empty(), "the Lease named a's request: {holders:?}");
+    assert_eq!(at.len(), at[at.len() - 1] - at[0] + 1, "a's request was named again after its release: {holders:?}");
+    a.close().await;
+    b.close().await;
+    ns.cleanup().await;
+}

@@ -40,6 +40,7 @@
 //! before it notices; only the fencing token ([`LockGuard::token`]), checked by the resource it
 //! writes to, makes such late writes harmless (correctness grade).
 
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -52,7 +53,7 @@ use kube::{Client, ResourceExt};
 use tokio::sync::watch;
 
 use crate::crd::{ClaimPhase, DistributedLock, DistributedLockClaim, DistributedLockClaimSpec, OnBusy};
-use crate::lock::grant::HolderKind;
+use crate::lock::grant::{HolderKind, request_uid, split_request_uid};
 use crate::lock::{
     HOLDER_KIND_ANNOTATION, HOLDER_UID_ANNOTATION, NEXT_HOLDER_ANNOTATION, NEXT_HOLDER_UID_ANNOTATION,
     NEXT_TOKEN_ANNOTATION, TOKEN_ANNOTATION,
@@ -161,6 +162,15 @@ impl std::fmt::Display for LostReason {
 }
 
 /// A would-be holder of one lock under one identity.
+///
+/// For a single-holder lock (no `spec.maxHolders`) it keeps one **standing claim** across
+/// [`Holder::acquire`] / [`LockGuard::release`] cycles, shared by its clones (issue 12,
+/// `docs/two-writes-per-grant.md`): the first acquire creates it with `spec.request: 1`, each
+/// later one is a single merge patch that raises `spec.request`, and a release is the Lease
+/// write alone (no claim DELETE). [`Holder::close`] deletes it. A semaphore, a lock set
+/// ([`crate::holder_set`]), a holder made with [`Holder::one_shot`], or an acquire of a clone
+/// while the standing claim is in use (or asks with another [`OnBusy`]) uses a one-shot claim
+/// per acquire, deleted by its release.
 #[derive(Clone)]
 pub struct Holder {
     client: Client,
@@ -169,6 +179,67 @@ pub struct Holder {
     identity: String,
     timings: Timings,
     owner: Option<OwnerReference>,
+    /// One-shot claims only ([`Holder::one_shot`]).
+    one_shot: bool,
+    /// The standing claim, shared by the clones.
+    standing: SharedStanding,
+}
+
+/// The standing claim of a [`Holder`] and its clones ([`Holder::enqueue`]).
+#[derive(Debug, Default)]
+struct StandingState {
+    /// The claim, once created; `None` before the first acquire, after [`Holder::close`], a
+    /// [`Ticket::cancel`], a lost first renewal, or a patch that found it deleted.
+    claim: Option<Standing>,
+    /// A [`Ticket`] or [`LockGuard`] of the standing claim is outstanding: an acquire of a clone
+    /// meanwhile uses a one-shot claim (a second request would end the first).
+    in_use: bool,
+    /// The API server refused the request patch (403: a holder role from before standing
+    /// claims): every later acquire uses one-shot claims.
+    refused: bool,
+}
+
+/// What a holder knows of its standing claim.
+#[derive(Clone, Debug)]
+struct Standing {
+    /// `metadata.name` (generated, `<lock>-<suffix>`).
+    name: String,
+    /// `metadata.uid`.
+    uid: String,
+    /// `spec.request`: the last request made (>= 1).
+    request: i64,
+    /// `spec.onBusy`, immutable: an acquire with another policy uses a one-shot claim.
+    on_busy: OnBusy,
+}
+
+type SharedStanding = Arc<Mutex<StandingState>>;
+
+fn lock_state(s: &SharedStanding) -> std::sync::MutexGuard<'_, StandingState> {
+    s.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A standing claim's request as a [`Ticket`] or [`LockGuard`] holds it: the claim object's UID
+/// (for a delete's precondition) and the holder's shared state (marked not in use when done).
+#[derive(Clone)]
+pub(crate) struct StandingRef {
+    object_uid: String,
+    shared: SharedStanding,
+}
+
+impl StandingRef {
+    /// The request is over (released, lost, or it failed): the next acquire may raise it.
+    fn done(&self) {
+        lock_state(&self.shared).in_use = false;
+    }
+
+    /// The claim is deleted (or about to be): the next acquire creates a new one.
+    fn forget(&self) {
+        let mut st = lock_state(&self.shared);
+        st.in_use = false;
+        if st.claim.as_ref().is_some_and(|c| c.uid == self.object_uid) {
+            st.claim = None;
+        }
+    }
 }
 
 impl Holder {
@@ -181,6 +252,32 @@ impl Holder {
             identity: identity.into(),
             timings: Timings::default(),
             owner: None,
+            one_shot: false,
+            standing: SharedStanding::default(),
+        }
+    }
+
+    /// Makes every acquire use a one-shot claim (created by the acquire, deleted by the release),
+    /// as before standing claims: for a process that acquires once (`leasehold lock`), where a
+    /// standing claim would cost the same writes plus a [`Holder::close`].
+    pub fn one_shot(mut self) -> Self {
+        self.one_shot = true;
+        self
+    }
+
+    /// Deletes this holder's standing claim (shared with its clones; UID precondition), if it
+    /// has one, and forgets it: the next acquire creates a new one. Best effort: a failure is
+    /// logged (debug), and the claim then stays. Without `close()` the standing claim stays
+    /// after the last clone is dropped (dropping a `Holder` deletes nothing: it cannot await),
+    /// until someone deletes it or, with [`Holder::owned_by_pod`], its owner pod is
+    /// garbage-collected; a released request is listed in the Lease's `leasehold.dev/released`,
+    /// so the operator never grants it meanwhile. A lock still held through a [`LockGuard`]
+    /// stays held until its release (the operator keeps a holder whose claim is gone).
+    pub async fn close(&self) {
+        let claim = lock_state(&self.standing).claim.take();
+        if let Some(c) = claim {
+            let claims: Api<DistributedLockClaim> = Api::namespaced(self.client.clone(), &self.namespace);
+            delete_claim(&claims, &c.name, &c.uid).await;
         }
     }
 
@@ -240,30 +337,40 @@ impl Holder {
     /// # Errors
     /// [`HolderError::LockNotFound`], [`HolderError::InvalidTimings`], [`HolderError::Kube`].
     pub async fn lease_timings(&self) -> Result<(Duration, Duration), HolderError> {
-        let (lease_duration, timings) = self.read_timings().await?;
+        let (lease_duration, timings, _) = self.read_timings().await?;
         Ok((lease_duration, timings.renew_deadline))
     }
 
-    /// Reads the lock: its lease duration and this holder's timings resolved against it.
-    async fn read_timings(&self) -> Result<(Duration, Resolved), HolderError> {
+    /// Reads the lock: its lease duration, this holder's timings resolved against it, and
+    /// whether it is a single-holder lock (no `spec.maxHolders`).
+    async fn read_timings(&self) -> Result<(Duration, Resolved, bool), HolderError> {
         let locks: Api<DistributedLock> = Api::namespaced(self.client.clone(), &self.namespace);
         let lock =
             locks.get_opt(&self.lock).await.map_err(kube_err("get DistributedLock"))?.ok_or_else(|| {
                 HolderError::LockNotFound { namespace: self.namespace.clone(), lock: self.lock.clone() }
             })?;
         let lease_duration = Duration::from_secs(lock.spec.lease_duration_seconds.max(1) as u64);
-        Ok((lease_duration, resolve_timings(lease_duration, self.timings)?))
+        Ok((lease_duration, resolve_timings(lease_duration, self.timings)?, lock.spec.max_holders.is_none()))
     }
 
-    /// Joins the queue without waiting: creates the claim and returns a [`Ticket`] to wait on or
-    /// to cancel (for callers that must react to signals while waiting).
+    /// Joins the queue without waiting and returns a [`Ticket`] to wait on or to cancel (for
+    /// callers that must react to signals while waiting). For a single-holder lock: the next
+    /// request of the standing claim (the first acquire creates it with `spec.request: 1` and
+    /// `spec.requestTime` now, a later one is one merge patch `spec.request + 1`, `requestTime`
+    /// now; a claim found deleted, 404, is created anew); otherwise (see [`Holder`]) a new
+    /// one-shot claim.
     ///
     /// # Errors
     /// [`HolderError::LockNotFound`], [`HolderError::InvalidTimings`], [`HolderError::Kube`].
     pub async fn enqueue(&self, on_busy: OnBusy) -> Result<Ticket, HolderError> {
-        let (lease_duration, timings) = self.read_timings().await?;
-
+        let (lease_duration, timings, single) = self.read_timings().await?;
         let claims: Api<DistributedLockClaim> = Api::namespaced(self.client.clone(), &self.namespace);
+        if single
+            && !self.one_shot
+            && let Some(t) = self.enqueue_standing(&claims, on_busy, lease_duration, timings).await?
+        {
+            return Ok(t);
+        }
         let claim = DistributedLockClaim {
             metadata: ObjectMeta {
                 generate_name: Some(format!("{}-", self.lock)),
@@ -276,6 +383,8 @@ impl Holder {
                 on_busy,
                 max_wait_seconds: None,
                 locks: None,
+                request: None,
+                request_time: None,
             },
             status: None,
         };
@@ -289,10 +398,119 @@ impl Holder {
             claim_name: claim.name_any(),
             claim_uid: claim.uid().unwrap_or_default(),
             claim_rv: claim.resource_version().unwrap_or_default(),
+            request: None,
+            standing: None,
             lease_duration,
             timings,
             queued,
         })
+    }
+
+    /// The next request of the standing claim as a [`Ticket`]; `Ok(None)` when this acquire
+    /// must use a one-shot claim instead (the standing claim is in use by a clone, asks with
+    /// another `on_busy`, or the holder role may not patch claims).
+    async fn enqueue_standing(
+        &self,
+        claims: &Api<DistributedLockClaim>,
+        on_busy: OnBusy,
+        lease_duration: Duration,
+        timings: Resolved,
+    ) -> Result<Option<Ticket>, HolderError> {
+        let existing = {
+            let mut st = lock_state(&self.standing);
+            if st.refused || st.in_use || st.claim.as_ref().is_some_and(|c| c.on_busy != on_busy) {
+                return Ok(None);
+            }
+            st.in_use = true;
+            st.claim.clone()
+        };
+        let done = |st: Option<Standing>| {
+            let mut state = lock_state(&self.standing);
+            state.in_use = false;
+            state.claim = st;
+        };
+        let raised = match existing {
+            Some(c) => {
+                // Taken before the patch is sent: no operator can grant request r + 1, nor start
+                // its expiry clock, before the patch lands.
+                let queued = Instant::now();
+                let body = serde_json::json!({
+                    "metadata": { "uid": c.uid },
+                    "spec": { "request": c.request + 1, "requestTime": MicroTime(Timestamp::now()) },
+                });
+                match claims.patch(&c.name, &PatchParams::default(), &Patch::Merge(&body)).await {
+                    Ok(claim) => Some((claim, queued)),
+                    // Deleted (404), or replaced by another claim of that name (409, the UID
+                    // precondition): a new standing claim.
+                    Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => None,
+                    Err(kube::Error::Api(s)) if s.code == 403 => {
+                        tracing::debug!(message = %s.message, "may not patch claims: one-shot claims from now on");
+                        delete_claim(claims, &c.name, &c.uid).await;
+                        done(None);
+                        lock_state(&self.standing).refused = true;
+                        return Ok(None);
+                    }
+                    Err(e) => {
+                        // The request may or may not have been raised: a request whose time is
+                        // unknown cannot be held safely (its renew deadline would start late).
+                        // Start over with a new claim next time.
+                        delete_claim(claims, &c.name, &c.uid).await;
+                        done(None);
+                        return Err(HolderError::Kube { op: "raise the standing claim's request", source: e });
+                    }
+                }
+            }
+            None => None,
+        };
+        let (claim, queued) = match raised {
+            Some(r) => r,
+            None => {
+                let claim = DistributedLockClaim {
+                    metadata: ObjectMeta {
+                        generate_name: Some(format!("{}-", self.lock)),
+                        owner_references: self.owner.clone().map(|o| vec![o]),
+                        ..ObjectMeta::default()
+                    },
+                    spec: DistributedLockClaimSpec {
+                        lock: self.lock.clone(),
+                        identity: self.identity.clone(),
+                        on_busy,
+                        max_wait_seconds: None,
+                        locks: None,
+                        request: Some(1),
+                        request_time: Some(MicroTime(Timestamp::now())),
+                    },
+                    status: None,
+                };
+                let queued = Instant::now();
+                match claims.create(&PostParams::default(), &claim).await {
+                    Ok(c) => (c, queued),
+                    Err(e) => {
+                        done(None);
+                        return Err(HolderError::Kube { op: "create claim", source: e });
+                    }
+                }
+            }
+        };
+        let standing = Standing {
+            name: claim.name_any(),
+            uid: claim.uid().unwrap_or_default(),
+            request: claim.spec.request.unwrap_or(1),
+            on_busy,
+        };
+        lock_state(&self.standing).claim = Some(standing.clone());
+        Ok(Some(Ticket {
+            holder: self.clone(),
+            claims: claims.clone(),
+            claim_name: standing.name.clone(),
+            claim_uid: standing.uid.clone(),
+            claim_rv: claim.resource_version().unwrap_or_default(),
+            request: Some(standing.request),
+            standing: Some(StandingRef { object_uid: standing.uid, shared: self.standing.clone() }),
+            lease_duration,
+            timings,
+            queued,
+        }))
     }
 
     /// Waits for claim `name` (UID `uid`) to be granted; returns its token, its slot, the name of
@@ -310,6 +528,10 @@ impl Holder {
     ///   stale operator's patch can make disagree with the Lease), `Rejected` or `Expired`, and
     ///   its deletion ends the wait.
     ///
+    /// For request `request` of a standing claim, `uid` is its request UID (what the Lease names)
+    /// and only a status with `status.request == request` counts (an older request's is not this
+    /// request's answer).
+    ///
     /// Whichever answer comes first is the answer. A rejection that lands after the grant (an
     /// operator whose cache lagged) is not seen: the operator keeps a Lease that names a claim,
     /// rejected or not, until its holder stops renewing (`lock::grant`), so acting on the grant is
@@ -320,6 +542,7 @@ impl Holder {
         claims: &Api<DistributedLockClaim>,
         name: &str,
         uid: &str,
+        request: Option<i64>,
         created_rv: &str,
     ) -> Result<(Granted, Option<LeaseWatch>), HolderError> {
         use futures::future::ready;
@@ -422,6 +645,10 @@ impl Holder {
             };
             listed = true;
             let status = c.status.unwrap_or_default();
+            if request.is_some() && status.request != request {
+                // An older request's status (or none yet): not this request's answer.
+                continue;
+            }
             if status.phase == Some(ClaimPhase::Expired) {
                 return Err(HolderError::Expired(status.message.unwrap_or_default()));
             }
@@ -490,12 +717,19 @@ pub struct Ticket {
     holder: Holder,
     claims: Api<DistributedLockClaim>,
     claim_name: String,
+    /// The claim object's `metadata.uid`.
     claim_uid: String,
-    /// The claim's resourceVersion as its create returned it: the wait watches from there.
+    /// The claim's resourceVersion as its create (or a standing claim's request patch) returned
+    /// it: the wait watches from there.
     claim_rv: String,
+    /// A standing claim's request (`spec.request`); `None` for a one-shot claim.
+    request: Option<i64>,
+    /// A standing claim's shared state; `None` for a one-shot claim.
+    standing: Option<StandingRef>,
     lease_duration: Duration,
     timings: Resolved,
-    /// When the claim's create was sent (this process's monotonic clock).
+    /// When the claim's create (a standing claim: the patch that made this request) was sent
+    /// (this process's monotonic clock).
     queued: Instant,
 }
 
@@ -517,6 +751,21 @@ impl Ticket {
         &self.claim_name
     }
 
+    /// A standing claim's request this ticket waits for (`spec.request`, >= 1); `None` for a
+    /// one-shot claim.
+    pub fn request(&self) -> Option<i64> {
+        self.request
+    }
+
+    /// The UID the Lease names when this ticket is granted (`leasehold.dev/holder-uid`): the
+    /// claim's, or a standing claim's request UID ([`request_uid`]).
+    fn grant_uid(&self) -> String {
+        match self.request {
+            Some(r) => request_uid(&self.claim_uid, r),
+            None => self.claim_uid.clone(),
+        }
+    }
+
     /// Waits (watch) until the claim is granted. A grant learned within the renew period of the
     /// claim's create is held at once, its renew deadline counted from that create (see
     /// [`LockGuard`]); one learned later is first proved by a renewal. On error the claim stays
@@ -526,22 +775,26 @@ impl Ticket {
     /// [`HolderError::WaitTimeout`], [`HolderError::Busy`] (skip policy), [`HolderError::Rejected`],
     /// [`HolderError::NotHolder`], [`HolderError::Kube`].
     pub async fn wait(&self, timeout: Option<Duration>) -> Result<LockGuard, HolderError> {
-        let wait = self.holder.wait_for_grant(&self.claims, &self.claim_name, &self.claim_uid, &self.claim_rv);
+        let grant_uid = self.grant_uid();
+        let wait = self.holder.wait_for_grant(&self.claims, &self.claim_name, &grant_uid, self.request, &self.claim_rv);
         let ((token, slot, lease_name, known), lease_watch) = match timeout {
             Some(t) => tokio::time::timeout(t, wait)
                 .await
                 .unwrap_or_else(|_| Err(HolderError::WaitTimeout(t, self.holder.lock.clone())))?,
             None => wait.await?,
         };
-        let claim = (self.claim_name.clone(), self.claim_uid.clone());
+        let claim = (self.claim_name.clone(), grant_uid);
         let lease = (lease_name, known, lease_watch);
-        LockGuard::start(&self.holder, claim, (token, slot), lease, self.timings, self.queued, true).await
+        let single = Single::Claim(self.standing.clone());
+        LockGuard::start(&self.holder, claim, (token, slot), lease, self.timings, self.queued, single).await
     }
 
     /// Leaves the queue: if the claim was granted meanwhile, first frees the Lease (owner-verified
     /// compare-and-swap, so the next waiter is granted at once), then deletes the claim (UID
     /// precondition). A granted claim that is only deleted keeps the lock until its lease
-    /// expires: the operator cannot tell whether its process still runs.
+    /// expires: the operator cannot tell whether its process still runs. A standing claim is
+    /// deleted too (and forgotten: the holder's next acquire creates a new one), and the Lease
+    /// write lists the request as released.
     pub async fn cancel(self) {
         let leases: Api<Lease> = Api::namespaced(self.holder.client.clone(), &self.holder.namespace);
         // The Lease of the claim's grant, if it was granted (a semaphore slot's Lease); else the
@@ -552,8 +805,13 @@ impl Ticket {
             .and_then(|c| c.status?.lease_name)
             .unwrap_or_else(|| self.holder.lock.clone());
         let (identity, known) = (&self.holder.identity, &KnownLease::default());
-        if let Err(e) = clear_holder(&leases, &lease_name, identity, &self.claim_uid, known, true).await {
+        let grant_uid = self.grant_uid();
+        let released = self.request.map(|_| grant_uid.as_str());
+        if let Err(e) = clear_holder(&leases, &lease_name, identity, &grant_uid, known, true, released).await {
             tracing::debug!(error = %e, "freeing the Lease on cancel failed (it expires)");
+        }
+        if let Some(s) = &self.standing {
+            s.forget();
         }
         delete_claim(&self.claims, &self.claim_name, &self.claim_uid).await;
     }
@@ -628,13 +886,38 @@ pub struct LockGuard {
     follower: Option<tokio::task::JoinHandle<()>>,
     /// `release()` ran: the drop has nothing left to do.
     released: bool,
-    /// A claim for this lock alone: the release may hand over to a next-holder hint and deletes
-    /// the claim. False for one lock of a set ([`crate::holder_set`]).
-    single: bool,
+    /// A claim for this lock alone (the release may hand over to a next-holder hint, and deletes
+    /// a one-shot claim or lists a standing claim's request as released), or one lock of a set.
+    single: Single,
+}
+
+/// What claim a [`LockGuard`] holds its grant under.
+#[derive(Clone)]
+pub(crate) enum Single {
+    /// A claim for this lock alone: one-shot (`None`, deleted by the release) or a standing
+    /// claim's request (the release lists it in the Lease's `leasehold.dev/released`).
+    Claim(Option<StandingRef>),
+    /// One lock of a set ([`crate::holder_set`]): the set deletes its claim.
+    SetMember,
+}
+
+impl Single {
+    fn is_single(&self) -> bool {
+        matches!(self, Single::Claim(_))
+    }
+
+    fn standing(&self) -> Option<&StandingRef> {
+        match self {
+            Single::Claim(s) => s.as_ref(),
+            Single::SetMember => None,
+        }
+    }
 }
 
 impl LockGuard {
     /// Starts holding the grant `token` (in semaphore slot `slot`) of claim `claim_name`, whose create was sent at `queued`.
+    /// `claim_uid` is what the Lease names: the claim's UID, or a standing claim's request UID
+    /// (then `queued` is when the patch that made the request was sent).
     ///
     /// The renew deadline must start no later than the operator's expiry clock for this grant,
     /// which starts when the operator sees its own grant: after the claim existed, so after
@@ -652,7 +935,7 @@ impl LockGuard {
         (lease_name, lease_known, lease_watch): (String, Option<Known>, Option<LeaseWatch>),
         timings: Resolved,
         queued: Instant,
-        single: bool,
+        single: Single,
     ) -> Result<LockGuard, HolderError> {
         let renew_deadline = timings.renew_deadline;
         let known = KnownLease::default();
@@ -667,7 +950,7 @@ impl LockGuard {
         let claims: Api<DistributedLockClaim> = Api::namespaced(h.client.clone(), &h.namespace);
         // A lock of a set is always proved first: its tentative grant may be older than the
         // set's commit by any time.
-        let (started, first) = if single && queued.elapsed() < timings.renew_period {
+        let (started, first) = if single.is_single() && queued.elapsed() < timings.renew_period {
             (queued, Ok(true))
         } else {
             // Prove the grant with a first renewal before the caller may act on it.
@@ -681,14 +964,21 @@ impl LockGuard {
         match first {
             Ok(true) => {}
             Ok(false) => {
-                if single {
-                    delete_claim(&claims, &claim_name, &claim_uid).await;
+                match single.standing() {
+                    // The request is not granted any more and may not be recorded as such: a
+                    // standing claim left at it could be granted it again, to nobody.
+                    Some(s) => {
+                        s.forget();
+                        delete_claim(&claims, &claim_name, &s.object_uid).await;
+                    }
+                    None if single.is_single() => delete_claim(&claims, &claim_name, &claim_uid).await,
+                    None => {}
                 }
                 return Err(HolderError::NotHolder(h.lock.clone()));
             }
             Err(e) => {
                 let _ =
-                    free(&leases, &claims, &lease_name, &h.identity, (&claim_name, &claim_uid, single), &known).await;
+                    free(&leases, &claims, &lease_name, &h.identity, (&claim_name, &claim_uid, &single), &known).await;
                 return Err(e);
             }
         }
@@ -784,7 +1074,7 @@ impl LockGuard {
             f.abort();
         }
         let (lease_name, identity) = (&self.lease_name, &self.identity);
-        let claim = (self.claim_name.as_str(), self.claim_uid.as_str(), self.single);
+        let claim = (self.claim_name.as_str(), self.claim_uid.as_str(), &self.single);
         match free(&self.leases, &self.claims, lease_name, identity, claim, &self.known).await {
             Ok(true) => Ok(()),
             Ok(false) => Err(HolderError::NotHolder(self.lock.clone())),
@@ -804,14 +1094,19 @@ impl Drop for LockGuard {
         if self.released {
             return;
         }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            if let Some(s) = self.single.standing() {
+                s.done();
+            }
+            return;
+        };
         let (leases, claims) = (self.leases.clone(), self.claims.clone());
         let (lock, lease_name, identity) = (self.lock.clone(), self.lease_name.clone(), self.identity.clone());
         let (claim_name, claim_uid, known) = (self.claim_name.clone(), self.claim_uid.clone(), self.known.clone());
-        let single = self.single;
+        let single = self.single.clone();
         runtime.spawn(async move {
             if let Err(e) =
-                free(&leases, &claims, &lease_name, &identity, (&claim_name, &claim_uid, single), &known).await
+                free(&leases, &claims, &lease_name, &identity, (&claim_name, &claim_uid, &single), &known).await
             {
                 tracing::debug!(error = %e, lock, "release of a dropped lock guard failed; the Lease will expire");
             }
@@ -820,28 +1115,37 @@ impl Drop for LockGuard {
 }
 
 /// A release: clears the holder of Lease `lease_name` if it still names this claim
-/// ([`clear_holder`]), then, with `single` (a claim for this lock alone: `(name, uid, single)`),
-/// deletes the claim whatever that answered; a lock of a set ([`crate::holder_set`]) leaves the
-/// claim to the set, which deletes it once every Lease is freed. `Ok(false)`: the Lease named
-/// someone else.
+/// ([`clear_holder`]); a one-shot claim for this lock alone (`(name, uid, single)`) is deleted
+/// first, whatever the release answers; a standing claim's request (`uid` its request UID) is
+/// listed as released in the same Lease write and the claim stays for the next request; a lock
+/// of a set ([`crate::holder_set`]) leaves the claim to the set, which deletes it once every
+/// Lease is freed. `Ok(false)`: the Lease named someone else.
 async fn free(
     leases: &Api<Lease>,
     claims: &Api<DistributedLockClaim>,
     lease_name: &str,
     identity: &str,
-    (claim_name, claim_uid, single): (&str, &str, bool),
+    (claim_name, claim_uid, single): (&str, &str, &Single),
     known: &KnownLease,
 ) -> Result<bool, HolderError> {
+    if let Some(s) = single.standing() {
+        // No delete: the Lease write that ends the grant also lists the request as released,
+        // so every version of the Lease that no longer names it says it was served (the
+        // operator never grants a listed request, `lock::machine::step`).
+        let freed = clear_holder(leases, lease_name, identity, claim_uid, known, true, Some(claim_uid)).await;
+        s.done();
+        return freed;
+    }
     // A single claim is deleted before the Lease is released: its status may not record the
     // grant yet (the operator writes it `CLAIM_RECORD_DELAY` after the grant), and a claim with
     // no recorded grant that outlived its release would look like a waiter and be granted again
     // (then held, unrenewed, until its lease expired). Deleted first, the claim is a holder whose
     // claim is gone until the release lands (the operator keeps such a holder: model-checked,
     // `tests/model.rs` `ClaimDeleted`).
-    if single {
+    if single.is_single() {
         delete_claim(claims, claim_name, claim_uid).await;
     }
-    clear_holder(leases, lease_name, identity, claim_uid, known, single).await
+    clear_holder(leases, lease_name, identity, claim_uid, known, single.is_single(), None).await
 }
 
 /// The Lease as this holder's last successful write (renewal) returned it, or only the
@@ -959,7 +1263,9 @@ pub(crate) async fn renew(
 /// (the operator's choice of the waiting claim at the head of the queue, with its token:
 /// [`crate::lock::grant::Next`]), so the next holder is granted by this one write, or clears the
 /// holder (no hint, or `may_hand_over` false: a lock of a set, which hands over nothing) and the
-/// operator grants. `Ok(false)`: it does not name us.
+/// operator grants. `Ok(false)`: it does not name us. With `released` (a standing claim's
+/// request UID, issue 12) the same write sets the Lease's `leasehold.dev/released` to
+/// [`released_after`] its list: the request is never granted again.
 pub(crate) async fn clear_holder(
     leases: &Api<Lease>,
     lease_name: &str,
@@ -967,6 +1273,7 @@ pub(crate) async fn clear_holder(
     claim_uid: &str,
     known: &KnownLease,
     may_hand_over: bool,
+    released: Option<&str>,
 ) -> Result<bool, HolderError> {
     // One PUT when the Lease is as our last write (or the grant) left it (one PATCH when only the
     // grant's version is known: that clears, as the hint is not known); after a 409, from a fresh
@@ -977,6 +1284,8 @@ pub(crate) async fn clear_holder(
     loop {
         let mut lease = match last.take() {
             Some(Known::Object(l)) => *l,
+            // The released list is the Lease's, extended: read it first.
+            Some(Known::Version(_)) if released.is_some() => continue,
             Some(Known::Version(rv)) => {
                 let body = serde_json::json!({
                     "metadata": { "annotations": {
@@ -1002,6 +1311,10 @@ pub(crate) async fn clear_holder(
         }
         let handing = crate::lease::next(&lease).is_some();
         hand_over(&mut lease, Timestamp::now());
+        if let Some(r) = released {
+            let list = released_after(&crate::lease::released(&lease), r);
+            crate::lease::put_released(&mut lease, &list);
+        }
         match leases.replace(lease_name, &PostParams::default(), &lease).await {
             Ok(_) => return Ok(true),
             Err(kube::Error::Api(s)) if s.code == 409 => continue,
@@ -1013,6 +1326,17 @@ pub(crate) async fn clear_holder(
             Err(e) => return Err(HolderError::Kube { op: "release Lease", source: e }),
         }
     }
+}
+
+/// `released`, a Lease's `leasehold.dev/released` list, after the release of `request_uid` (a
+/// standing claim's request UID, [`request_uid`]): the same claim's older entries dropped (its
+/// request only grows, so they can no longer matter), this one appended; other claims' entries
+/// kept in their order.
+pub(crate) fn released_after(released: &[String], request_uid: &str) -> Vec<String> {
+    let object = split_request_uid(request_uid).0;
+    let mut list: Vec<String> = released.iter().filter(|e| split_request_uid(e).0 != object).cloned().collect();
+    list.push(request_uid.to_string());
+    list
 }
 
 /// The release's Lease, in memory: with a next-holder hint, the hinted claim becomes the holder
@@ -1146,6 +1470,29 @@ mod tests {
         assert_eq!(l.spec.as_ref().unwrap().holder_identity, None);
         assert_eq!(l.annotations().get(TOKEN_ANNOTATION).map(String::as_str), Some("8"));
         assert!(l.annotations().get(HOLDER_UID_ANNOTATION).is_none());
+    }
+
+    /// A standing claim's release lists its request as released, drops the same claim's older
+    /// requests (its request only grows) and keeps every other claim's entries in order.
+    #[test]
+    fn a_release_lists_its_request_and_drops_only_its_own_claims_older_requests() {
+        let list = |v: &[&str]| v.iter().map(|e| e.to_string()).collect::<Vec<_>>();
+        assert_eq!(released_after(&[], "c1/1"), list(&["c1/1"]));
+        assert_eq!(released_after(&list(&["c2/4", "c1/1", "c3/9"]), "c1/2"), list(&["c2/4", "c3/9", "c1/2"]));
+        // A prefix of another claim's UID is another claim.
+        assert_eq!(released_after(&list(&["c1x/1"]), "c1/2"), list(&["c1x/1", "c1/2"]));
+    }
+
+    /// The Lease write of a standing claim's release names its request as released, whether it
+    /// frees the Lease or hands it to the hint; the wait for the grant of request r reads a Lease
+    /// that names the request UID, not the bare claim UID.
+    #[test]
+    fn a_standing_claims_grant_is_read_by_request_uid() {
+        let r2 = request_uid("c1", 2);
+        let l = lease("db", "me", &r2, "7");
+        assert_eq!(grant_in(&l, "db", "me", &r2).map(|g| g.0), Some(7));
+        assert_eq!(grant_in(&l, "db", "me", "c1"), None);
+        assert_eq!(grant_in(&l, "db", "me", &request_uid("c1", 1)), None);
     }
 
     #[test]

@@ -45,8 +45,8 @@ use tokio::sync::watch;
 
 use crate::crd::{ClaimPhase, DistributedLock, DistributedLockClaim, DistributedLockClaimSpec, OnBusy};
 use crate::holder::{
-    Holder, HolderError, KnownLease, LockGuard, LostReason, Resolved, Timings, clear_holder, delete_claim, renew,
-    resolve_timings,
+    Holder, HolderError, KnownLease, LockGuard, LostReason, Resolved, Single, Timings, clear_holder, delete_claim,
+    renew, resolve_timings,
 };
 
 /// The most locks one claim may ask for (the CRD's `spec.locks` bound).
@@ -154,6 +154,8 @@ impl SetHolder {
                 on_busy: OnBusy::Wait,
                 max_wait_seconds: None,
                 locks: Some(self.locks.clone()),
+                request: None,
+                request_time: None,
             },
             status: None,
         };
@@ -230,8 +232,16 @@ impl SetTicket {
             let h = Holder::new(self.holder.client.clone(), &self.holder.namespace, lock, &self.holder.identity);
             let claim = (self.claim_name.clone(), self.claim_uid.clone());
             let token = tokens.get(lock).copied().unwrap_or_default();
-            match LockGuard::start(&h, claim, (token, 0), (lock.clone(), None, None), *timings, self.queued, false)
-                .await
+            match LockGuard::start(
+                &h,
+                claim,
+                (token, 0),
+                (lock.clone(), None, None),
+                *timings,
+                self.queued,
+                Single::SetMember,
+            )
+            .await
             {
                 Ok(g) => guards.push(g),
                 Err(e) => {
@@ -309,7 +319,7 @@ impl SetTicket {
 async fn free_all(holder: &SetHolder, claims: &Api<DistributedLockClaim>, name: &str, uid: &str) {
     let leases: Api<Lease> = Api::namespaced(holder.client.clone(), &holder.namespace);
     for lock in &holder.locks {
-        if let Err(e) = clear_holder(&leases, lock, &holder.identity, uid, &KnownLease::default(), false).await {
+        if let Err(e) = clear_holder(&leases, lock, &holder.identity, uid, &KnownLease::default(), false, None).await {
             tracing::debug!(error = %e, lock, "freeing a Lease of the set failed (it expires)");
         }
     }

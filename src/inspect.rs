@@ -171,7 +171,12 @@ pub struct WaiterReport {
     pub name: String,
     /// The identity it would hold under (the pod name, or the claim's `spec.identity`).
     pub identity: String,
-    /// Its `metadata.creationTimestamp` (RFC 3339): what the wait is measured from.
+    /// A standing claim's request that waits (`spec.request`, issue 12); absent for a pod or a
+    /// one-shot claim.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request: Option<i64>,
+    /// Its `metadata.creationTimestamp` (a standing claim: its `spec.requestTime`), RFC 3339:
+    /// what the wait is measured from.
     pub created: String,
     /// Seconds since `created`.
     pub waited_seconds: i64,
@@ -278,7 +283,9 @@ fn slot_holders(
             let holder = match (read, semaphore) {
                 (LeaseRead::Forbidden, true) => {
                     let h = lock?.status.as_ref()?.holders.iter().find(|h| h.slot == k)?;
-                    let is_claim = claims.iter().any(|c| c.metadata.uid.is_some() && c.metadata.uid == h.uid);
+                    let object_uid = h.uid.as_deref().map(|u| grant::split_request_uid(u).0);
+                    let is_claim =
+                        claims.iter().any(|c| c.metadata.uid.is_some() && c.metadata.uid.as_deref() == object_uid);
                     Some(CurrentHolder {
                         name: h.name.clone(),
                         uid: h.uid.clone(),
@@ -427,6 +434,7 @@ pub fn lock_report_slots(
             kind: c.kind.as_str().to_string(),
             name: c.name.clone(),
             identity: c.identity.clone(),
+            request: grant::split_request_uid(&c.uid).1,
             created: rfc3339(c.created),
             waited_seconds: seconds_since(c.created, now),
         })
@@ -516,7 +524,11 @@ pub fn render_table(reports: &[LockReport], namespaces: bool) -> String {
         let _ = writeln!(tw, "{ns_head}LOCK\tPOSITION\tWAITER\tKIND\tCREATED\tWAITED (SINCE CREATED)");
         for r in reports {
             for w in &r.waiters {
-                let who = if w.kind == "Claim" { format!("{} ({})", w.name, w.identity) } else { w.name.clone() };
+                let who = match (w.kind.as_str(), w.request) {
+                    ("Claim", Some(r)) => format!("{} request {r} ({})", w.name, w.identity),
+                    ("Claim", None) => format!("{} ({})", w.name, w.identity),
+                    _ => w.name.clone(),
+                };
                 let _ = writeln!(
                     tw,
                     "{}{}\t{}\t{who}\t{}\t{}\t{}",
@@ -940,7 +952,21 @@ pub fn explain_claim(
     let ns = claim.namespace().unwrap_or_default();
     let identity = &claim.spec.identity;
     let lock_name = claim.spec.lock.as_str();
-    let status = claim.status.clone().unwrap_or_default();
+    // A standing claim (`spec.request`, issue 12) is explained for its current request: the
+    // Lease names it by request UID, and a status of an older request says nothing about it.
+    let request = claim.spec.request;
+    let status = match request {
+        Some(r) => claim.status.clone().filter(|s| s.request == Some(r)).unwrap_or_default(),
+        None => claim.status.clone().unwrap_or_default(),
+    };
+    let name = match request {
+        Some(r) => format!("{name} (request {r})"),
+        None => name,
+    };
+    let request_uid = claim.metadata.uid.as_deref().map(|u| match request {
+        Some(r) => grant::request_uid(u, r),
+        None => u.to_string(),
+    });
     let why = |s: &crate::crd::DistributedLockClaimStatus| {
         format!("{}: {}", s.reason.as_deref().unwrap_or("?"), s.message.as_deref().unwrap_or(""))
     };
@@ -977,7 +1003,19 @@ pub fn explain_claim(
     };
     let semaphore = lock_obj.spec.max_holders;
     let holding = slot_holders(lock, slots, claims);
-    let uid = claim.metadata.uid.as_deref();
+    let uid = request_uid.as_deref();
+    if let Some(r) = request
+        && let Some(l) =
+            slots.iter().find_map(|s| s.lease().filter(|l| lease::released(l).iter().any(|e| Some(e.as_str()) == uid)))
+    {
+        let first = format!(
+            "Claim {name} ({identity}) released request {r} of lock {lock_name} (the Lease {} lists it in {}): its \
+             process holds nothing and has not asked again; the claim stays for its next acquire (a standing claim).",
+            l.name_any(),
+            crate::lock::RELEASED_ANNOTATION
+        );
+        return say(Verdict::Done, first, &[]);
+    }
     if slots.first().is_some_and(|r| matches!(r, LeaseRead::Forbidden)) {
         notes.push(format!(
             "(The Leases of lock {lock_name} could not be read, 403 Forbidden: the holders are as the lock's status \

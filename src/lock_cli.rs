@@ -141,11 +141,14 @@ async fn run_inner(args: LockArgs) -> anyhow::Result<i32> {
         .await;
     }
     let locks: Api<DistributedLock> = Api::namespaced(client.clone(), &namespace);
-    let mut holder = Holder::new(client, &namespace, &args.lock, &identity).with_timings(Timings {
-        renew_deadline: args.renew_deadline.map(Into::into),
-        retry_period: args.retry_period.map(Into::into),
-        renew_period: args.renew_period.map(Into::into),
-    });
+    // One acquire per process: a standing claim (issue 12) would save nothing and outlive it.
+    let mut holder = Holder::new(client, &namespace, &args.lock, &identity)
+        .with_timings(Timings {
+            renew_deadline: args.renew_deadline.map(Into::into),
+            retry_period: args.retry_period.map(Into::into),
+            renew_period: args.renew_period.map(Into::into),
+        })
+        .one_shot();
     if let (Ok(name), Ok(uid)) = (std::env::var("POD_NAME"), std::env::var("POD_UID")) {
         holder = holder.owned_by_pod(&name, &uid);
     }

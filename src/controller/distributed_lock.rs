@@ -250,26 +250,27 @@ async fn reconcile_lock(lock: Arc<DistributedLock>, ctx: Arc<Context>, started: 
                 }
                 let observed = leases[slot as usize].as_ref().ok_or(Error::MissingField("Lease"))?;
                 let replaced = observed.metadata.resource_version.clone();
-                let written =
-                    match lease::update(&lease_api, &lock, observed, holder.as_ref(), floor, next.as_ref()).await {
-                        Ok(w) => w,
-                        Err(e) if e.is_conflict() && !reread => {
-                            // The cache lagged behind the Lease (a holder released it right after
-                            // the watch event that woke us, or our own last write is not cached
-                            // yet): read it and decide again now, instead of 200 ms later. Safe: a
-                            // fresher view of one object (the model's caches catch up per kind at
-                            // any time), and the next write is again a compare-and-swap.
-                            count_conflict(&ctx.metrics, &e);
-                            reread = true;
-                            let lease_name = observed.name_any();
-                            leases[slot as usize] = call("get Lease", lease_api.get_opt(&lease_name)).await?;
-                            continue;
-                        }
-                        Err(e) => {
-                            count_conflict(&ctx.metrics, &e);
-                            return Err(e);
-                        }
-                    };
+                let base = with_released(observed, &snapshot.candidates);
+                let written = match lease::update(&lease_api, &lock, &base, holder.as_ref(), floor, next.as_ref()).await
+                {
+                    Ok(w) => w,
+                    Err(e) if e.is_conflict() && !reread => {
+                        // The cache lagged behind the Lease (a holder released it right after
+                        // the watch event that woke us, or our own last write is not cached
+                        // yet): read it and decide again now, instead of 200 ms later. Safe: a
+                        // fresher view of one object (the model's caches catch up per kind at
+                        // any time), and the next write is again a compare-and-swap.
+                        count_conflict(&ctx.metrics, &e);
+                        reread = true;
+                        let lease_name = observed.name_any();
+                        leases[slot as usize] = call("get Lease", lease_api.get_opt(&lease_name)).await?;
+                        continue;
+                    }
+                    Err(e) => {
+                        count_conflict(&ctx.metrics, &e);
+                        return Err(e);
+                    }
+                };
                 remember_lease(&ctx, &ns, slot, replaced, &written);
                 leases[slot as usize] = Some(written);
                 // A claim whose grant this write took back shows `Expired` before the next
@@ -318,7 +319,8 @@ async fn reconcile_lock(lock: Arc<DistributedLock>, ctx: Arc<Context>, started: 
             Decision::RepairLease { holder, floor } => {
                 let observed = leases[slot as usize].as_ref().ok_or(Error::MissingField("Lease"))?;
                 let replaced = observed.metadata.resource_version.clone();
-                let written = lease::update(&lease_api, &lock, observed, Some(&holder), floor, None)
+                let base = with_released(observed, &snapshot.candidates);
+                let written = lease::update(&lease_api, &lock, &base, Some(&holder), floor, None)
                     .await
                     .inspect_err(|e| count_conflict(&ctx.metrics, e))?;
                 remember_lease(&ctx, &ns, slot, replaced, &written);
@@ -334,7 +336,8 @@ async fn reconcile_lock(lock: Arc<DistributedLock>, ctx: Arc<Context>, started: 
             Decision::SetNext => {
                 let observed = leases[slot as usize].as_ref().ok_or(Error::MissingField("Lease"))?;
                 let replaced = observed.metadata.resource_version.clone();
-                match lease::set_next(&lease_api, observed, next.as_ref()).await {
+                let base = with_released(observed, &snapshot.candidates);
+                match lease::set_next(&lease_api, &base, next.as_ref()).await {
                     Ok(written) => {
                         remember_lease(&ctx, &ns, slot, replaced, &written);
                         leases[slot as usize] = Some(written);
@@ -835,11 +838,26 @@ pub fn candidate_of_pod(p: &Pod, lock: &str, node_lost: bool) -> Option<Candidat
 /// `withdrawn` is `status.withdrawn[lock]`, `others_recorded` says every other lock of the set
 /// has a token in `status.tokens`, and it is gated until `status.phase` is `Granted` (or
 /// `Expired`, a granted set whose grant ended). It waits in FIFO order with no time limit.
+///
+/// A standing claim (`spec.request = Some(r)`, issue 12) is the candidate of its current request
+/// only: UID [`grant::request_uid`]`(metadata.uid, r)`, created at `spec.requestTime` (fallback
+/// `metadata.creationTimestamp`), and its status counts only when `status.request == Some(r)`;
+/// a status of an older request leaves request r waiting (no token, not rejected, not granted).
 pub fn candidate_of_claim(c: &DistributedLockClaim, lock: &str) -> Option<Candidate> {
     if !c.spec.concerns(lock) {
         return None;
     }
-    let status = c.status.clone().unwrap_or_default();
+    let object_uid = c.metadata.uid.clone()?;
+    let (uid, created, status) = match c.spec.request {
+        // A standing claim's request r: its own candidate, under its request UID, queued from
+        // when the process made it; the status counts only if it is that request's.
+        Some(r) => (
+            grant::request_uid(&object_uid, r),
+            c.spec.request_time.as_ref().map(|t| t.0).or(c.metadata.creation_timestamp.as_ref().map(|t| t.0))?,
+            c.status.clone().filter(|s| s.request == Some(r)).unwrap_or_default(),
+        ),
+        None => (object_uid, c.metadata.creation_timestamp.as_ref()?.0, c.status.clone().unwrap_or_default()),
+    };
     let set = c.spec.lock_set();
     let multi = (!set.is_empty()).then(|| MultiLock {
         unservable: false,
@@ -864,9 +882,9 @@ pub fn candidate_of_claim(c: &DistributedLockClaim, lock: &str) -> Option<Candid
         kind: HolderKind::Claim,
         name: c.metadata.name.clone()?,
         identity: c.spec.identity.clone(),
-        uid: c.metadata.uid.clone()?,
+        uid,
         resource_version: c.metadata.resource_version.clone().unwrap_or_default(),
-        created: c.metadata.creation_timestamp.as_ref()?.0,
+        created,
         gated: !granted,
         node_name: None,
         node_lost: false,
@@ -882,6 +900,35 @@ pub fn candidate_of_claim(c: &DistributedLockClaim, lock: &str) -> Option<Candid
         slot: if multi.is_some() { 0 } else { status.slot.unwrap_or(0) },
         multi,
     })
+}
+
+/// The claim object a candidate, Grant or Reject UID `uid` stands for, as the preconditions of
+/// a claim status patch: `{"uid": <object UID>, "resourceVersion": resource_version}`, and the
+/// standing claim's request that the status written describes (`status.request`), `None` for a
+/// one-shot claim or a pod ([`grant::split_request_uid`]).
+fn claim_target(uid: &str, resource_version: &str) -> (serde_json::Value, Option<i64>) {
+    let (object, request) = grant::split_request_uid(uid);
+    (json!({ "uid": object, "resourceVersion": resource_version }), request)
+}
+
+/// `status` (a claim status merge patch's `status` object) with `status.request = request` for
+/// a standing claim's request; unchanged for a one-shot claim (`None`).
+fn for_request(mut status: serde_json::Value, request: Option<i64>) -> serde_json::Value {
+    if let Some(r) = request {
+        status["request"] = json!(r);
+    }
+    status
+}
+
+/// `observed` with the `leasehold.dev/released` list that an operator write of it keeps
+/// ([`grant::keep_released`] over `candidates`, every pod and claim candidate of the lock as the
+/// snapshot has them): the base of every Lease update the operator makes, so a released request
+/// stays listed while its claim may still be at that request, and the list stays short.
+fn with_released(observed: &Lease, candidates: &[Candidate]) -> Lease {
+    let mut lease = observed.clone();
+    let kept = grant::keep_released(&lease::released(observed), candidates);
+    lease::put_released(&mut lease, &kept);
+    lease
 }
 
 /// Raises `status.tokenCeiling` to `to` with the lock's resourceVersion as precondition. For a
@@ -986,14 +1033,13 @@ async fn patch_holder(
         }
         HolderKind::Claim => {
             let api: Api<DistributedLockClaim> = Api::namespaced(ctx.client.clone(), ns);
-            let patch = json!({
-                "metadata": { "uid": g.uid, "resourceVersion": g.resource_version },
-                "status": {
-                    "phase": "Granted", "token": g.token, "reason": "Granted", "message": note,
-                    "slot": g.slot, "leaseName": lease::slot_lease_name(&lock.name_any(), g.slot),
-                    "lastTransitionTime": Timestamp::now(), "leaseResourceVersion": lease_rv,
-                },
+            let (metadata, request) = claim_target(&g.uid, &g.resource_version);
+            let status = json!({
+                "phase": "Granted", "token": g.token, "reason": "Granted", "message": note,
+                "slot": g.slot, "leaseName": lease::slot_lease_name(&lock.name_any(), g.slot),
+                "lastTransitionTime": Timestamp::now(), "leaseResourceVersion": lease_rv,
             });
+            let patch = json!({ "metadata": metadata, "status": for_request(status, request) });
             let claim =
                 call("patch claim status", api.patch_status(&g.name, &PatchParams::default(), &Patch::Merge(&patch)))
                     .await?;
@@ -1181,13 +1227,12 @@ async fn reject_waiter(
         }
         HolderKind::Claim => {
             let api: Api<DistributedLockClaim> = Api::namespaced(ctx.client.clone(), ns);
-            let patch = json!({
-                "metadata": { "uid": r.uid, "resourceVersion": r.resource_version },
-                "status": {
-                    "phase": "Rejected", "reason": r.reason.as_str(), "message": message,
-                    "lastTransitionTime": Timestamp::now(),
-                },
+            let (metadata, request) = claim_target(&r.uid, &r.resource_version);
+            let status = json!({
+                "phase": "Rejected", "reason": r.reason.as_str(), "message": message,
+                "lastTransitionTime": Timestamp::now(),
             });
+            let patch = json!({ "metadata": metadata, "status": for_request(status, request) });
             call("reject claim", api.patch_status(&r.name, &pp, &Patch::Merge(&patch)))
                 .await
                 .map(|c| (c.object_ref(&()), candidate_of_claim(&c, &lock.name_any())))
@@ -1281,6 +1326,10 @@ async fn expire_claims(
         // next. Not an expiry: left alone (if the claim stays, the next grant's higher token
         // marks it `GrantEnded`).
         .filter(|c| !(released.is_none() && lease.holder.is_none() && c.token == Some(lease_token)))
+        // A standing claim's request that its holder released (listed in the Lease's
+        // `leasehold.dev/released`): ended by its own holder, not expired; its claim stays and
+        // asks again with its next request (no status write per grant for it).
+        .filter(|c| !lease.released.contains(&c.uid))
         // A claim with a lock set releases its Leases one by one before it deletes itself, so
         // a lock it released may have moved on while it still releases the others: only a
         // grant this reconcile took back itself marks it `Expired` (its process learns any
@@ -1290,7 +1339,7 @@ async fn expire_claims(
         // (a claim this reconcile just wrote is newer than the cache: left to the next one).
         .filter(|c| {
             ctx.claims.state().iter().any(|x| {
-                x.metadata.uid.as_deref() == Some(c.uid.as_str())
+                x.metadata.uid.as_deref() == Some(grant::split_request_uid(&c.uid).0)
                     && x.metadata.resource_version.as_deref() == Some(c.resource_version.as_str())
                     && x.status.as_ref().and_then(|s| s.phase) == Some(ClaimPhase::Granted)
             })
@@ -1327,10 +1376,10 @@ async fn expire_claims(
                 ),
             ),
         };
-        let patch = json!({
-            "metadata": { "uid": c.uid, "resourceVersion": c.resource_version },
-            "status": { "phase": "Expired", "reason": why, "message": message, "lastTransitionTime": Timestamp::now() },
-        });
+        let (metadata, request) = claim_target(&c.uid, &c.resource_version);
+        let status =
+            json!({ "phase": "Expired", "reason": why, "message": message, "lastTransitionTime": Timestamp::now() });
+        let patch = json!({ "metadata": metadata, "status": for_request(status, request) });
         match call("expire claim", api.patch_status(&c.name, &PatchParams::default(), &Patch::Merge(&patch))).await {
             Ok(claim) => {
                 tracing::info!(lock = %lock.name_any(), claim = %c.name, reason = why, "claim grant expired");
@@ -1788,6 +1837,65 @@ mod tests {
         let a = DistributedLockStatus { highest_token: 3, ..Default::default() };
         let b = DistributedLockStatus { slot_tokens: vec![1, 2], ..a.clone() };
         assert_eq!(status_digest(&a), status_digest(&b));
+    }
+
+    fn standing_claim(request: i64, status: serde_json::Value) -> DistributedLockClaim {
+        serde_json::from_value(json!({
+            "apiVersion": "leasehold.dev/v1alpha1", "kind": "DistributedLockClaim",
+            "metadata": {"name": "l-abc", "namespace": "ns", "uid": "c1", "resourceVersion": "9",
+                         "creationTimestamp": "2026-12-05T10:00:00Z"},
+            "spec": {"lock": "l", "identity": "me", "request": request, "requestTime": "2026-12-05T10:05:00.250000Z"},
+            "status": status,
+        }))
+        .unwrap()
+    }
+
+    /// A standing claim is the candidate of its current request: request UID, queued from
+    /// `spec.requestTime`, and only its own request's status counts (an older request's grant or
+    /// rejection leaves it waiting).
+    #[test]
+    fn a_standing_claim_is_the_candidate_of_its_current_request_only() {
+        let c = candidate_of_claim(&standing_claim(2, json!(null)), "l").unwrap();
+        assert_eq!(c.uid, "c1/2");
+        assert_eq!(c.created, "2026-12-05T10:05:00.25Z".parse::<Timestamp>().unwrap());
+        assert_eq!((c.phase, c.gated, c.token), (Phase::Pending, true, None));
+        // Request 1's grant and rejection are not request 2's.
+        for old in [json!({"phase": "Granted", "token": 4, "request": 1}), json!({"phase": "Rejected", "request": 1})] {
+            let c = candidate_of_claim(&standing_claim(2, old.clone()), "l").unwrap();
+            assert_eq!((c.phase, c.gated, c.token), (Phase::Pending, true, None), "{old}");
+        }
+        let c =
+            candidate_of_claim(&standing_claim(2, json!({"phase": "Granted", "token": 5, "request": 2})), "l").unwrap();
+        assert_eq!((c.phase, c.gated, c.token), (Phase::Running, false, Some(5)));
+        let c = candidate_of_claim(&standing_claim(2, json!({"phase": "Rejected", "request": 2})), "l").unwrap();
+        assert_eq!(c.phase, Phase::Failed);
+    }
+
+    /// A status write for a standing claim's request is made on the claim object (its UID as
+    /// precondition) and records the request; a one-shot claim's is as before.
+    #[test]
+    fn a_standing_requests_status_patch_targets_the_claim_object_and_records_the_request() {
+        let (meta, request) = claim_target("c1/3", "9");
+        assert_eq!((meta, request), (json!({"uid": "c1", "resourceVersion": "9"}), Some(3)));
+        assert_eq!(for_request(json!({"phase": "Granted"}), request), json!({"phase": "Granted", "request": 3}));
+        let (meta, request) = claim_target("c1", "9");
+        assert_eq!((meta, request), (json!({"uid": "c1", "resourceVersion": "9"}), None));
+        assert_eq!(for_request(json!({"phase": "Granted"}), request), json!({"phase": "Granted"}));
+    }
+
+    /// Every operator Lease update keeps the released list, without the entries of claims seen
+    /// at a later request.
+    #[test]
+    fn an_operator_lease_write_keeps_the_released_requests_that_still_matter() {
+        let mut observed = Lease::default();
+        lease::put_released(&mut observed, &["c1/1".into(), "c2/4".into()]);
+        let c2 = candidate_of_claim(&standing_claim(5, json!(null)), "l").map(|mut c| {
+            c.uid = "c2/5".into();
+            c
+        });
+        let c1 = candidate_of_claim(&standing_claim(1, json!(null)), "l").unwrap();
+        let written = with_released(&observed, &[c1, c2.unwrap()]);
+        assert_eq!(lease::released(&written), vec!["c1/1".to_string()]);
     }
 
     #[test]

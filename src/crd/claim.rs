@@ -27,10 +27,15 @@ use serde::{Deserialize, Serialize};
     printcolumn = r#"{"name":"Identity","type":"string","jsonPath":".spec.identity"}"#,
     printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
     printcolumn = r#"{"name":"Token","type":"integer","jsonPath":".status.token"}"#,
+    printcolumn = r#"{"name":"Request","type":"integer","jsonPath":".spec.request"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
-#[x_kube(validation = Rule::new("self == oldSelf").message("a claim's spec is immutable: delete it and create a new one"))]
+#[x_kube(validation = Rule::new("self.lock == oldSelf.lock && self.identity == oldSelf.identity && self.onBusy == oldSelf.onBusy && has(self.maxWaitSeconds) == has(oldSelf.maxWaitSeconds) && (!has(self.maxWaitSeconds) || self.maxWaitSeconds == oldSelf.maxWaitSeconds) && has(self.locks) == has(oldSelf.locks) && (!has(self.locks) || self.locks == oldSelf.locks)").message("a claim's spec is immutable except spec.request and spec.requestTime (a standing claim's next request): delete it and create a new one"))]
+#[x_kube(validation = Rule::new("has(self.request) == has(oldSelf.request)").message("spec.request cannot be added to or removed from an existing claim: a standing claim is created with spec.request 1, a one-shot claim without it"))]
+#[x_kube(validation = Rule::new("!has(self.request) || self.request >= oldSelf.request").message("spec.request only grows: each acquire() of a standing claim raises it by one"))]
+#[x_kube(validation = Rule::new("!has(self.request) || self.request > oldSelf.request || has(self.requestTime) == has(oldSelf.requestTime) && (!has(self.requestTime) || self.requestTime == oldSelf.requestTime)").message("spec.requestTime changes only with spec.request: it is when the process made that request"))]
+#[x_kube(validation = Rule::new("!has(self.request) || !has(self.locks)").message("spec.request (a standing claim) cannot be combined with spec.locks: a claim for a lock set is one-shot, delete it and create a new one per acquire"))]
 #[x_kube(validation = Rule::new("!has(self.locks) || self.locks[0] == self.lock").message("spec.locks must start with spec.lock (the lock kubectl get dlclaim shows)"))]
 #[x_kube(validation = Rule::new("!has(self.locks) || self.locks.all(l, self.locks.exists_one(m, m == l))").message("spec.locks names a lock twice: every lock of a set is held once"))]
 #[x_kube(validation = Rule::new("!has(self.locks) || ((!has(self.onBusy) || self.onBusy == 'Wait') && !has(self.maxWaitSeconds))").message("a claim with spec.locks waits in FIFO order without a time limit: onBusy Skip and maxWaitSeconds are not served for lock sets (not model-checked with them)"))]
@@ -59,6 +64,21 @@ pub struct DistributedLockClaimSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 2, max = 8), inner(length(min = 1, max = 63)))]
     pub locks: Option<Vec<String>>,
+    /// A standing claim's current request (issue 12, `docs/two-writes-per-grant.md`): its process
+    /// keeps the claim across acquire/release cycles and raises this by one per acquire (a
+    /// merge patch, the only spec change allowed besides `requestTime`; it only grows). Each
+    /// request is queued, granted, rejected or released on its own, under the request UID
+    /// `<metadata.uid>/<request>` ([`crate::lock::grant::request_uid`]) that the Lease's
+    /// `leasehold.dev/holder-uid` names. Unset: a one-shot claim (one grant, then deleted), as
+    /// before. Refused with `locks`, and cannot be added to or removed from an existing claim.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub request: Option<i64>,
+    /// When the process made request `request` (a standing claim): its place in the FIFO queue,
+    /// as `metadata.creationTimestamp` is a one-shot claim's. Missing: the creation timestamp.
+    /// Changes only together with `request`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_time: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime>,
 }
 
 impl DistributedLockClaimSpec {
@@ -119,6 +139,13 @@ pub struct DistributedLockClaimStatus {
     /// `Waiting`, `Granted`, `Rejected` or `Expired`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<ClaimPhase>,
+    /// The request of a standing claim (`spec.request`) that `phase`, `token`, `reason`,
+    /// `message`, `slot`, `leaseName`, `lastTransitionTime` and `leaseResourceVersion` describe.
+    /// Absent: a one-shot claim (the operator sets it in every status it writes for a standing
+    /// claim, so a standing claim's status without it describes none of its requests). A status
+    /// for an older request than `spec.request` says nothing about the current one, which waits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request: Option<i64>,
     /// Fencing token of the grant (set once, when granted).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token: Option<i64>,

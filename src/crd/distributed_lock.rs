@@ -148,7 +148,9 @@ pub struct DistributedLockStatus {
 pub struct HolderStatus {
     /// Pod name (the Lease's `holderIdentity`).
     pub name: String,
-    /// Pod UID, so a new pod that reuses the name is not mistaken for the holder.
+    /// Pod or claim UID, so a new pod that reuses the name is not mistaken for the holder; for a
+    /// standing claim's request, its request UID `<claim UID>/<request>`
+    /// ([`crate::lock::grant::request_uid`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uid: Option<String>,
     /// Fencing token of this grant.
@@ -164,7 +166,8 @@ pub struct HolderStatus {
 pub struct SlotHolderStatus {
     /// Pod name or claim identity (the slot Lease's `holderIdentity`).
     pub name: String,
-    /// Pod or claim UID.
+    /// Pod or claim UID; for a standing claim's request, its request UID `<claim UID>/<request>`
+    /// ([`crate::lock::grant::request_uid`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uid: Option<String>,
     /// Fencing token of this grant.
