@@ -398,7 +398,7 @@ struct ClaimProc {
     slot: u8,
     /// The request it works on (0 reads as 1: [`ClaimProc::req`]).
     request: u8,
-    /// When that request was sent (seconds; the first one at [`CLAIM_QUEUED_AT`]).
+    /// When that request was sent (seconds; unused for the first, sent at [`CLAIM_QUEUED_AT`]).
     queued_at: u8,
     /// The highest request it released by a Lease write that named it. A Lease that names a
     /// released request again breaks I3. (A request it gave up on may still be named by a stale
@@ -843,7 +843,8 @@ impl World {
         self.handed.push((generation, slot, token));
     }
 
-    /// The Lease the operator writes: `holder` (or free), keeping the last token when free.
+    /// The Lease the operator writes: `holder` (or free), keeping the last token when free, with
+    /// the next-holder hint `next` and the `leasehold.dev/released` list `released`.
     /// `owner`: the ownerReference (a create sets the lock object of the writer's view; an
     /// update keeps the one it read).
     fn write_lease(
@@ -853,8 +854,7 @@ impl World {
         holder: Option<&Grant>,
         floor: Option<i64>,
         owner: u8,
-        next: Option<&Next>,
-        released: Vec<String>,
+        (next, released): (Option<&Next>, Vec<String>),
     ) -> LeaseObj {
         if let Some(g) = holder {
             self.check_unfinished(&g.uid);
@@ -1011,7 +1011,7 @@ impl World {
                 if self.api.leases[slot].is_none() {
                     let owner = view.lock.uid;
                     view.leases[slot] =
-                        Some(self.write_lease(slot, None, holder.as_ref(), Some(floor), owner, None, vec![]));
+                        Some(self.write_lease(slot, None, holder.as_ref(), Some(floor), owner, (None, vec![])));
                     true
                 } else {
                     false
@@ -1019,11 +1019,11 @@ impl World {
             }
             Decision::UpdateLease { holder, floor, .. } => {
                 let keep = keep(&view.leases[slot]);
-                self.cas_lease(slot, &mut view, holder.as_ref(), floor, bug, step.next.as_ref(), keep)
+                self.cas_lease(slot, &mut view, holder.as_ref(), floor, bug, (step.next.as_ref(), keep))
             }
             Decision::RepairLease { holder, floor } => {
                 let keep = keep(&view.leases[slot]);
-                self.cas_lease(slot, &mut view, Some(&holder), floor, bug, None, keep)
+                self.cas_lease(slot, &mut view, Some(&holder), floor, bug, (None, keep))
             }
             Decision::SetNext => {
                 // Only the hint, by compare-and-swap on the Lease version the step saw.
@@ -1138,8 +1138,7 @@ impl World {
         holder: Option<&Grant>,
         floor: Option<i64>,
         bug: Option<Bug>,
-        next: Option<&Next>,
-        released: Vec<String>,
+        annotations: (Option<&Next>, Vec<String>),
     ) -> bool {
         let (Some(seen), Some(current)) = (view.leases[slot].clone(), self.api.leases[slot].clone()) else {
             return false;
@@ -1147,7 +1146,7 @@ impl World {
         if seen.rv != current.rv && bug != Some(Bug::LeaseWithoutPrecondition) {
             return false;
         }
-        view.leases[slot] = Some(self.write_lease(slot, Some(&seen), holder, floor, current.owner, next, released));
+        view.leases[slot] = Some(self.write_lease(slot, Some(&seen), holder, floor, current.owner, annotations));
         true
     }
 
@@ -1566,7 +1565,7 @@ impl Model for LockModel {
                 // the start of the operator's expiry clock from below. The planted bug counts
                 // from when the grant was learned instead, which a late watch event makes too late.
                 // A standing claim's later request: from when its patch was sent.
-                let queued = CLAIM_QUEUED_AT.max(w.procs[i].queued_at);
+                let queued = if w.procs[i].req() == 1 { CLAIM_QUEUED_AT } else { w.procs[i].queued_at };
                 let (from, learned_late) = match self.cfg.bug {
                     Some(Bug::HolderClockFromLearning) => (start, false),
                     _ => (queued, start >= queued + RENEW_DEADLINE),
