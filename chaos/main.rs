@@ -528,6 +528,8 @@ async fn library_worker(w: Arc<World>, lock: String, i: usize) {
         // On l0 and on every semaphore lock.
         let planted = w.plant && (lock == "l0" || w.limits.contains_key(&lock)) && i == 0;
         let _ = guard.release().await;
+        // One acquire per identity: the process is done with its standing claim.
+        holder.close().await;
         if planted {
             // The planted bug: this holder goes on working after it released the lock.
             tokio::time::sleep(Duration::from_millis(400)).await;

@@ -416,7 +416,7 @@ pub async fn failover(env: &Env, tag: &str, locks: usize) -> anyhow::Result<Fail
             let waiter = Holder::new(client.clone(), &ns, &name, &format!("waiter-{name}"));
             let w = tokio::spawn(async move {
                 let r = waiter.acquire(Some(Duration::from_secs(120))).await;
-                (Instant::now(), SystemTime::now(), r)
+                (Instant::now(), SystemTime::now(), r.map(|g| (g, waiter)))
             });
             let locks_api: Api<DistributedLock> = Api::namespaced(client.clone(), &ns);
             wait_status(&locks_api, &name, 1, None).await?;
@@ -428,8 +428,9 @@ pub async fn failover(env: &Env, tag: &str, locks: usize) -> anyhow::Result<Fail
             tokio::time::sleep(Duration::from_millis(300)).await;
             let last_renew = renew_time(&leases.get(&name).await?);
             let (t1, wall1, r) = w.await?;
-            let guard = r?;
+            let (guard, waiter) = r?;
             let _ = guard.release().await;
+            waiter.close().await;
             let from_renew = last_renew.and_then(|r| wall1.duration_since(r).ok()).map(ms);
             let wall_kill = wall1.checked_sub(t1.duration_since(t_kill));
             timeline.sample(json!({
@@ -776,6 +777,8 @@ pub async fn throughput_open(
                             if let Err(e) = g.release().await {
                                 c.error = Some(format!("release: {}", error_kind(&e)));
                             }
+                            // An arrival is a process that acquires once: it closes its claim.
+                            h.close().await;
                         }
                         Err(e) => c.error = Some(format!("acquire: {}", error_kind(&e))),
                     }
@@ -896,6 +899,7 @@ pub async fn herd(env: &Env, waiters: usize, hold: Duration) -> anyhow::Result<H
                     if g.release().await.is_err() {
                         errors.fetch_add(1, Ordering::Relaxed);
                     }
+                    h.close().await;
                     grants.lock().unwrap_or_else(|e| e.into_inner()).push((t, r));
                 }
                 Err(_) => {

@@ -631,6 +631,36 @@ mod tests {
 
     use super::test_claim as claim;
 
+    /// A request its holder released (`leasehold.dev/released`) is never granted again, even
+    /// while the claim (its status unrecorded) still shows it waiting: the free lock goes to the
+    /// next waiter, and with nobody else waiting it stays free.
+    #[test]
+    fn a_released_request_is_never_granted_again() {
+        let x = Candidate { uid: grant::request_uid("x", 1), ..claim("x", 1, None) };
+        let y = Candidate { uid: grant::request_uid("y", 1), ..claim("y", 2, None) };
+        let free = LeaseView { token: 4, trusted: true, released: vec!["x/1".into()], ..LeaseView::default() };
+        let mut snap = Snapshot {
+            settings: SETTINGS,
+            lease: Some(free),
+            renew_marker: None,
+            extra_slots: vec![],
+            max_holders: None,
+            candidates: vec![x.clone(), y],
+            ceiling: 1000,
+            slot_tokens: vec![],
+            highest_token: 4,
+            fresh_reservation: None,
+        };
+        let s = step(&snap, Duration::ZERO, &Clocks::default()).unwrap();
+        match s.plan.decision {
+            Decision::UpdateLease { holder: Some(g), .. } => assert_eq!((g.uid.as_str(), g.token), ("y/1", 5)),
+            other => panic!("expected a grant to y's request, got {other:?}"),
+        }
+        snap.candidates = vec![x];
+        let s = step(&snap, Duration::ZERO, &Clocks::default()).unwrap();
+        assert!(matches!(s.plan.decision, Decision::Idle { .. }), "{:?}", s.plan.decision);
+    }
+
     fn snapshot(marker: &str) -> Snapshot {
         Snapshot {
             settings: SETTINGS,

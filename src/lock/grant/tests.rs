@@ -641,3 +641,37 @@ fn a_recreated_lease_is_held_for_a_lease_duration_while_a_claim_may_hold_unrecor
         other => panic!("expected a grant to a after the recovery holder expired, got {other:?}"),
     }
 }
+
+/// A request UID reads back as the claim's UID and the request; a pod's or one-shot claim's UID
+/// (no `/`, or an unreadable request) is taken whole.
+#[test]
+fn request_uids_read_back_as_claim_uid_and_request() {
+    assert_eq!(request_uid("6f1c-9a", 3), "6f1c-9a/3");
+    assert_eq!(split_request_uid("6f1c-9a/3"), ("6f1c-9a", Some(3)));
+    assert_eq!(split_request_uid("6f1c-9a"), ("6f1c-9a", None));
+    for odd in ["a/0", "a/-1", "a/x", "a/"] {
+        assert_eq!(split_request_uid(odd), (odd, None), "{odd}");
+    }
+}
+
+/// An operator's Lease write keeps a released request while its claim may still be at it: it
+/// drops the entry once the claim is seen at a later request, keeps entries of claims it does
+/// not see up to the bound, and drops those (only those) above it.
+#[test]
+fn keep_released_drops_requests_that_can_no_longer_matter() {
+    let at = |uid: &str, r: i64| Candidate { uid: request_uid(uid, r), ..claim(uid, 1) };
+    let list = |v: &[&str]| v.iter().map(|e| e.to_string()).collect::<Vec<_>>();
+    let released = list(&["a/1", "b/4", "gone/2"]);
+    // a moved on to request 2: a/1 no longer matters; b is still at 4; "gone" is not seen.
+    assert_eq!(keep_released(&released, &[at("a", 2), at("b", 4)]), list(&["b/4", "gone/2"]));
+    // A cache that still shows a at request 1 keeps a/1.
+    assert_eq!(keep_released(&released, &[at("a", 1), at("b", 4)]), released);
+    // Entries that are no request UID are dropped.
+    assert_eq!(keep_released(&list(&["junk", "a/1"]), &[at("a", 1)]), list(&["a/1"]));
+    // Above RELEASED_KEPT_UNSEEN entries of unseen claims, those go; a seen claim's stays.
+    let mut many: Vec<String> = (0..=RELEASED_KEPT_UNSEEN).map(|i| format!("u{i}/1")).collect();
+    many.push("a/1".into());
+    assert_eq!(keep_released(&many, &[at("a", 1)]), list(&["a/1"]));
+    many.remove(0);
+    assert_eq!(keep_released(&many, &[at("a", 1)]).len(), RELEASED_KEPT_UNSEEN + 1);
+}
