@@ -474,3 +474,41 @@ async fn a_released_request_of_a_standing_claim_is_never_granted_again() {
     b.close().await;
     ns.cleanup().await;
 }
+
+/// A standing claim's second `try_acquire()` on a busy lock is answered "busy" (`Ok(None)`) at
+/// once, although the claim's status recorded request 1's grant (held past the 1 s record
+/// delay): the rejection of request 2 removes request 1's token from the status. Reviewed
+/// 2026-12-05: the merge patch kept the old token, and the holder, reading a token, waited for a
+/// grant that never came (`try_acquire` has no timeout: for ever).
+#[tokio::test]
+async fn a_standing_claims_second_try_acquire_on_a_busy_lock_answers_busy() {
+    use leasehold::crd::DistributedLockClaim;
+    use leasehold::holder::Holder;
+    use std::time::Duration;
+    let mut ns = TestNs::new("standing-busy").await;
+    ns.create_lock("l", json!({})).await;
+    ns.start_operator(&[]);
+    let claims = ns.api::<DistributedLockClaim>();
+    let me = Holder::new(ns.client.clone(), &ns.ns, "l", "me");
+    let first = me.try_acquire().await.expect("first try_acquire").expect("a free lock is granted");
+    wait_until("request 1's grant is recorded in the claim's status", WAIT, || async {
+        claims
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .any(|c| c.status.as_ref().is_some_and(|s| s.request == Some(1) && s.token == Some(first.token())))
+    })
+    .await;
+    first.release().await.expect("release");
+    let other = Holder::new(ns.client.clone(), &ns.ns, "l", "other");
+    let held = other.acquire(Some(WAIT)).await.expect("the other holder takes the lock");
+    let again = tokio::time::timeout(Duration::from_secs(30), me.try_acquire())
+        .await
+        .expect("the second try_acquire is answered, not left waiting");
+    assert!(matches!(again, Ok(None)), "busy lock: expected Ok(None), got {:?}", again.map(|g| g.map(|g| g.token())));
+    held.release().await.expect("release");
+    me.close().await;
+    ns.cleanup().await;
+}

@@ -195,8 +195,25 @@ struct StandingState {
     /// meanwhile uses a one-shot claim (a second request would end the first).
     in_use: bool,
     /// The API server refused the request patch (403: a holder role from before standing
-    /// claims): every later acquire uses one-shot claims.
+    /// claims), or did not store `spec.request` (an older CRD): every later acquire uses
+    /// one-shot claims.
     refused: bool,
+    /// Where the claim lives, for the delete when the last clone is dropped.
+    api: Option<Api<DistributedLockClaim>>,
+}
+
+impl Drop for StandingState {
+    /// The last clone of the [`Holder`] (and its last [`Ticket`] or [`LockGuard`]) is gone: the
+    /// standing claim is deleted in the background (UID precondition), as [`Holder::close`]
+    /// would, when a Tokio runtime is there; otherwise it stays (as after a crash) until someone
+    /// deletes it or its owner pod is garbage-collected. Its released request is listed in the
+    /// Lease, so the operator does not grant it meanwhile.
+    fn drop(&mut self) {
+        let (Some(c), Some(api)) = (self.claim.take(), self.api.take()) else { return };
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move { delete_claim(&api, &c.name, &c.uid).await });
+        }
+    }
 }
 
 /// What a holder knows of its standing claim.
@@ -267,11 +284,12 @@ impl Holder {
 
     /// Deletes this holder's standing claim (shared with its clones; UID precondition), if it
     /// has one, and forgets it: the next acquire creates a new one. Best effort: a failure is
-    /// logged (debug), and the claim then stays. Without `close()` the standing claim stays
-    /// after the last clone is dropped (dropping a `Holder` deletes nothing: it cannot await),
-    /// until someone deletes it or, with [`Holder::owned_by_pod`], its owner pod is
-    /// garbage-collected; a released request is listed in the Lease's `leasehold.dev/released`,
-    /// so the operator never grants it meanwhile. A lock still held through a [`LockGuard`]
+    /// logged (debug), and the claim then stays. Without `close()` the standing claim is deleted
+    /// in the background when the last clone (and its last ticket or guard) is dropped inside a
+    /// Tokio runtime; a process that exits first (or crashes) leaves it until someone deletes it
+    /// or, with [`Holder::owned_by_pod`], its owner pod is garbage-collected; a released request
+    /// is listed in the Lease's `leasehold.dev/released`, so the operator never grants it
+    /// meanwhile. Call `close()` before a process exits. A lock still held through a [`LockGuard`]
     /// stays held until its release (the operator keeps a holder whose claim is gone).
     pub async fn close(&self) {
         let claim = lock_state(&self.standing).claim.take();
@@ -492,13 +510,34 @@ impl Holder {
                 }
             }
         };
-        let standing = Standing {
-            name: claim.name_any(),
-            uid: claim.uid().unwrap_or_default(),
-            request: claim.spec.request.unwrap_or(1),
-            on_busy,
+        let Some(request) = claim.spec.request else {
+            // The API server dropped `spec.request`: a CRD from before standing claims (the
+            // operator and the CRD are upgraded before holders). The claim is a one-shot claim,
+            // granted under its bare UID; so are all later ones of this holder.
+            tracing::debug!(claim = %claim.name_any(), "spec.request not stored: one-shot claims from now on");
+            {
+                let mut st = lock_state(&self.standing);
+                (st.in_use, st.refused, st.claim) = (false, true, None);
+            }
+            return Ok(Some(Ticket {
+                holder: self.clone(),
+                claims: claims.clone(),
+                claim_name: claim.name_any(),
+                claim_uid: claim.uid().unwrap_or_default(),
+                claim_rv: claim.resource_version().unwrap_or_default(),
+                request: None,
+                standing: None,
+                lease_duration,
+                timings,
+                queued,
+            }));
         };
-        lock_state(&self.standing).claim = Some(standing.clone());
+        let standing = Standing { name: claim.name_any(), uid: claim.uid().unwrap_or_default(), request, on_busy };
+        {
+            let mut st = lock_state(&self.standing);
+            st.claim = Some(standing.clone());
+            st.api = Some(claims.clone());
+        }
         Ok(Some(Ticket {
             holder: self.clone(),
             claims: claims.clone(),
@@ -1061,8 +1100,10 @@ impl LockGuard {
 
     /// Releases the lock: stops renewing, then, by compare-and-swap if the Lease still names this
     /// holder, hands it to the Lease's next-holder hint (the waiting claim the operator named:
-    /// granted by this write) or clears its holder (the operator grants the next waiter at once),
-    /// and deletes the claim.
+    /// granted by this write) or clears its holder (the operator grants the next waiter at once).
+    /// A one-shot claim is deleted first; a standing claim's request is listed in the Lease's
+    /// `leasehold.dev/released` by that same write and the claim stays for the next acquire (if
+    /// the Lease no longer names it, or the write fails, the standing claim is deleted instead).
     ///
     /// # Errors
     /// [`HolderError::NotHolder`] when the Lease no longer names this holder (nothing is
@@ -1133,6 +1174,15 @@ async fn free(
         // so every version of the Lease that no longer names it says it was served (the
         // operator never grants a listed request, `lock::machine::step`).
         let freed = clear_holder(leases, lease_name, identity, claim_uid, known, true, Some(claim_uid)).await;
+        if !matches!(freed, Ok(true)) {
+            // Not listed as released (the Lease no longer named it, or the write failed): left
+            // at this request, unrecorded if the hold was short, the claim would look like a
+            // waiter and be granted again to nobody. Deleted instead; the next acquire creates
+            // a new one.
+            s.forget();
+            delete_claim(claims, claim_name, &s.object_uid).await;
+            return freed;
+        }
         s.done();
         return freed;
     }

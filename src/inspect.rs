@@ -340,6 +340,18 @@ pub fn queue(
     grant::queue_of(&candidates).into_iter().filter(|c| !holder_uids.contains(&c.uid.as_str())).cloned().collect()
 }
 
+/// The request UIDs that the Leases read in `slots` list as released
+/// (`leasehold.dev/released`, [`lease::released`]).
+fn released_requests(slots: &[LeaseRead<'_>]) -> Vec<String> {
+    slots
+        .iter()
+        .flat_map(|s| match s {
+            LeaseRead::Found(l) => lease::released(l),
+            _ => vec![],
+        })
+        .collect()
+}
+
 /// What `leasehold status` shows for one lock, at time `now`. `pods` and `claims` may contain
 /// objects of other locks and namespaces: only the lock's candidates are kept.
 pub fn lock_report(
@@ -403,7 +415,11 @@ pub fn lock_report_slots(
         }
     });
     let holding = slot_holders(Some(lock), slots, claims);
-    let holder_uids: Vec<&str> = holding.iter().filter_map(|(_, h)| h.uid.as_deref()).collect();
+    // Not queued: the holders, and the requests a Lease lists as released by their holders
+    // (an idle standing claim keeps its last request: `leasehold.dev/released`).
+    let released: Vec<String> = released_requests(slots);
+    let holder_uids: Vec<&str> =
+        holding.iter().filter_map(|(_, h)| h.uid.as_deref()).chain(released.iter().map(String::as_str)).collect();
     let holders = match lock.spec.max_holders {
         None => vec![],
         Some(_) => holding
@@ -1437,7 +1453,11 @@ fn explain_waiter(
     let ns = lock.namespace().unwrap_or_default();
     let lease = slots.first().copied().unwrap_or(LeaseRead::Missing);
     let semaphore = lock.spec.max_holders;
-    let holder_uids: Vec<&str> = holding.iter().filter_map(|(_, h)| h.uid.as_deref()).collect();
+    // Not queued: the holders, and the requests a Lease lists as released by their holders
+    // (an idle standing claim keeps its last request: `leasehold.dev/released`).
+    let released: Vec<String> = released_requests(slots);
+    let holder_uids: Vec<&str> =
+        holding.iter().filter_map(|(_, h)| h.uid.as_deref()).chain(released.iter().map(String::as_str)).collect();
     let queue = queue(&ns, lock_name, &holder_uids, pods, claims, locks);
     let Some(index) = queue.iter().position(|c| c.kind == who.kind && Some(c.uid.as_str()) == who.uid) else {
         // Not deleting, not terminal: always a waiter, unless the operator could not read it.

@@ -1845,6 +1845,23 @@ fn a_standing_claim_beside_a_pod_with_two_operators() {
     assert_safe("standing-pod", cfg, STANDING_POD_DEPTH, &[SECOND_REQUEST]);
 }
 
+/// Standing claims with `onBusy: Skip` (`Holder::try_acquire`): a request is rejected
+/// (LockBusy) and the claim asks again; the rejection is for that request only.
+#[test]
+fn a_standing_skip_claim_is_rejected_and_asks_again() {
+    let cfg = Config {
+        claims: 2,
+        requests: 2,
+        max_time: 2,
+        record_delay_secs: 1,
+        claim_policy: [Policy::WAIT, Policy::SKIP],
+        ..Config::BASE
+    };
+    assert_safe("standing-skip", cfg, STANDING_SKIP_DEPTH, &[SECOND_REQUEST, REJECT_BUSY]);
+}
+
+const STANDING_SKIP_DEPTH: usize = 12;
+
 /// A release that does not list its request in `leasehold.dev/released`: the claim still shows
 /// the request, unrecorded, and is granted again.
 #[test]

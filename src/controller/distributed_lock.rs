@@ -435,7 +435,10 @@ async fn reconcile_lock(lock: Arc<DistributedLock>, ctx: Arc<Context>, started: 
                     expire_claims(&ctx, &ns, &lock, &mut snapshot, k as u32, &view, None).await?;
                 }
                 ctx.failures.lock().unwrap_or_else(|e| e.into_inner()).remove(&lock_uid);
-                let first_waiter = queue_of(&snapshot.candidates)
+                // Requests their holders released are over, as in `machine::step`: no waiter, no
+                // reason to stay awake (an idle standing claim keeps its released request).
+                let live = unreleased(&snapshot.candidates, &leases);
+                let first_waiter = queue_of(&live)
                     .into_iter()
                     .find(|c| plan.holder.as_ref().is_none_or(|h| h.uid != c.uid))
                     .map(|c| c.created);
@@ -448,10 +451,10 @@ async fn reconcile_lock(lock: Arc<DistributedLock>, ctx: Arc<Context>, started: 
                     tentative,
                 };
                 let status_due = write_status(&lock_api, &lock, &leases, &view, &ctx).await?;
-                announce_waiters(&ctx, &ns, &lock, plan.holder.as_ref(), &snapshot.candidates).await;
+                announce_waiters(&ctx, &ns, &lock, plan.holder.as_ref(), &live).await;
                 let timeout = requeue_after.map(|d| d + Duration::from_millis(50));
                 let next = [timeout, status_due, set_recheck].into_iter().flatten().min();
-                let idle = all_holders.is_empty() && snapshot.candidates.is_empty();
+                let idle = all_holders.is_empty() && live.is_empty();
                 return Ok(match next {
                     Some(after) => Action::requeue(after),
                     None if idle => Action::await_change(),
@@ -920,6 +923,31 @@ fn for_request(mut status: serde_json::Value, request: Option<i64>) -> serde_jso
     status
 }
 
+/// `candidates` without the requests that a Lease of `leases` lists as released by their
+/// holders (`leasehold.dev/released`): what `machine::step` decides on.
+fn unreleased(candidates: &[Candidate], leases: &[Option<Lease>]) -> Vec<Candidate> {
+    let released: Vec<String> = leases.iter().flatten().flat_map(lease::released).collect();
+    candidates.iter().filter(|c| !released.contains(&c.uid)).cloned().collect()
+}
+
+/// The claim status merge patch's `status` that rejects a waiting request: `phase: Rejected`,
+/// `reason`, `message`, now; for a standing claim's request `request` (`Some(r)`), also
+/// `status.request = r` and the grant fields of an earlier request removed (`token`, `slot`,
+/// `leaseName`, `leaseResourceVersion`: a merge patch leaves what it does not name, and a
+/// rejected request was never granted, I3), so neither the holder nor the operator reads request
+/// r as granted with the token of request r - 1.
+fn rejection_status(reason: &str, message: &str, request: Option<i64>) -> serde_json::Value {
+    let mut status = json!({
+        "phase": "Rejected", "reason": reason, "message": message, "lastTransitionTime": Timestamp::now(),
+    });
+    if request.is_some() {
+        for field in ["token", "slot", "leaseName", "leaseResourceVersion"] {
+            status[field] = serde_json::Value::Null;
+        }
+    }
+    for_request(status, request)
+}
+
 /// `observed` with the `leasehold.dev/released` list that an operator write of it keeps
 /// ([`grant::keep_released`] over `candidates`, every pod and claim candidate of the lock as the
 /// snapshot has them): the base of every Lease update the operator makes, so a released request
@@ -1228,11 +1256,8 @@ async fn reject_waiter(
         HolderKind::Claim => {
             let api: Api<DistributedLockClaim> = Api::namespaced(ctx.client.clone(), ns);
             let (metadata, request) = claim_target(&r.uid, &r.resource_version);
-            let status = json!({
-                "phase": "Rejected", "reason": r.reason.as_str(), "message": message,
-                "lastTransitionTime": Timestamp::now(),
-            });
-            let patch = json!({ "metadata": metadata, "status": for_request(status, request) });
+            let status = rejection_status(r.reason.as_str(), &message, request);
+            let patch = json!({ "metadata": metadata, "status": status });
             call("reject claim", api.patch_status(&r.name, &pp, &Patch::Merge(&patch)))
                 .await
                 .map(|c| (c.object_ref(&()), candidate_of_claim(&c, &lock.name_any())))
@@ -1881,6 +1906,29 @@ mod tests {
         let (meta, request) = claim_target("c1", "9");
         assert_eq!((meta, request), (json!({"uid": "c1", "resourceVersion": "9"}), None));
         assert_eq!(for_request(json!({"phase": "Granted"}), request), json!({"phase": "Granted"}));
+    }
+
+    /// The rejection of a standing claim's request removes an earlier request's grant fields:
+    /// applied as a merge patch to a status that recorded request 1's token, request 2 reads as
+    /// rejected, not granted with request 1's token (reviewed 2026-12-05: `try_acquire` then
+    /// waited for ever). A one-shot claim's rejection names no such field.
+    #[test]
+    fn a_standing_requests_rejection_removes_the_earlier_requests_grant() {
+        let old = json!({"phase": "Granted", "token": 5, "slot": 0, "leaseName": "l", "leaseResourceVersion": "7", "request": 1});
+        // A JSON merge patch (RFC 7386) of the flat status object: null removes.
+        let mut status = old.as_object().unwrap().clone();
+        for (k, v) in rejection_status("LockBusy", "busy", Some(2)).as_object().unwrap() {
+            match v {
+                serde_json::Value::Null => status.remove(k),
+                v => status.insert(k.clone(), v.clone()),
+            };
+        }
+        let mut claim = standing_claim(2, json!(null));
+        claim.status = serde_json::from_value(serde_json::Value::Object(status)).unwrap();
+        let c = candidate_of_claim(&claim, "l").unwrap();
+        assert_eq!((c.phase, c.token, c.gated), (Phase::Failed, None, true));
+        let one_shot = rejection_status("LockBusy", "busy", None);
+        assert!(one_shot.get("token").is_none() && one_shot.get("request").is_none(), "{one_shot}");
     }
 
     /// Every operator Lease update keeps the released list, without the entries of claims seen
