@@ -389,7 +389,19 @@ impl Holder {
         {
             return Ok(t);
         }
-        let claim = DistributedLockClaim {
+        let claim = self.new_claim(on_busy, None);
+        // Taken before the create is sent: no operator can grant the claim, nor start its expiry
+        // clock for the grant, before the claim exists.
+        let queued = Instant::now();
+        let claim = claims.create(&PostParams::default(), &claim).await.map_err(kube_err("create claim"))?;
+        Ok(self.one_shot_ticket(&claims, &claim, (lease_duration, timings), queued))
+    }
+
+    /// A new claim of this holder for its lock (`generateName` `<lock>-`, owned by its pod if
+    /// [`Holder::owned_by_pod`]): one-shot with `request` `None`; a standing claim's first request
+    /// with `Some(1)` (and `spec.requestTime` now).
+    fn new_claim(&self, on_busy: OnBusy, request: Option<i64>) -> DistributedLockClaim {
+        DistributedLockClaim {
             metadata: ObjectMeta {
                 generate_name: Some(format!("{}-", self.lock)),
                 owner_references: self.owner.clone().map(|o| vec![o]),
@@ -401,18 +413,24 @@ impl Holder {
                 on_busy,
                 max_wait_seconds: None,
                 locks: None,
-                request: None,
-                request_time: None,
+                request,
+                request_time: request.map(|_| MicroTime(Timestamp::now())),
             },
             status: None,
-        };
-        // Taken before the create is sent: no operator can grant the claim, nor start its expiry
-        // clock for the grant, before the claim exists.
-        let queued = Instant::now();
-        let claim = claims.create(&PostParams::default(), &claim).await.map_err(kube_err("create claim"))?;
-        Ok(Ticket {
+        }
+    }
+
+    /// The [`Ticket`] of one-shot claim `claim` as its create returned it, sent at `queued`.
+    fn one_shot_ticket(
+        &self,
+        claims: &Api<DistributedLockClaim>,
+        claim: &DistributedLockClaim,
+        (lease_duration, timings): (Duration, Resolved),
+        queued: Instant,
+    ) -> Ticket {
+        Ticket {
             holder: self.clone(),
-            claims,
+            claims: claims.clone(),
             claim_name: claim.name_any(),
             claim_uid: claim.uid().unwrap_or_default(),
             claim_rv: claim.resource_version().unwrap_or_default(),
@@ -421,7 +439,7 @@ impl Holder {
             lease_duration,
             timings,
             queued,
-        })
+        }
     }
 
     /// The next request of the standing claim as a [`Ticket`]; `Ok(None)` when this acquire
@@ -483,23 +501,7 @@ impl Holder {
         let (claim, queued) = match raised {
             Some(r) => r,
             None => {
-                let claim = DistributedLockClaim {
-                    metadata: ObjectMeta {
-                        generate_name: Some(format!("{}-", self.lock)),
-                        owner_references: self.owner.clone().map(|o| vec![o]),
-                        ..ObjectMeta::default()
-                    },
-                    spec: DistributedLockClaimSpec {
-                        lock: self.lock.clone(),
-                        identity: self.identity.clone(),
-                        on_busy,
-                        max_wait_seconds: None,
-                        locks: None,
-                        request: Some(1),
-                        request_time: Some(MicroTime(Timestamp::now())),
-                    },
-                    status: None,
-                };
+                let claim = self.new_claim(on_busy, Some(1));
                 let queued = Instant::now();
                 match claims.create(&PostParams::default(), &claim).await {
                     Ok(c) => (c, queued),
@@ -519,18 +521,7 @@ impl Holder {
                 let mut st = lock_state(&self.standing);
                 (st.in_use, st.refused, st.claim) = (false, true, None);
             }
-            return Ok(Some(Ticket {
-                holder: self.clone(),
-                claims: claims.clone(),
-                claim_name: claim.name_any(),
-                claim_uid: claim.uid().unwrap_or_default(),
-                claim_rv: claim.resource_version().unwrap_or_default(),
-                request: None,
-                standing: None,
-                lease_duration,
-                timings,
-                queued,
-            }));
+            return Ok(Some(self.one_shot_ticket(claims, &claim, (lease_duration, timings), queued)));
         };
         let standing = Standing { name: claim.name_any(), uid: claim.uid().unwrap_or_default(), request, on_busy };
         {
