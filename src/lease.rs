@@ -32,7 +32,7 @@ use crate::lock::fencing::parse_token;
 use crate::lock::grant::{Grant, Holder, HolderKind, LeaseView, Next};
 use crate::lock::{
     HOLDER_KIND_ANNOTATION, HOLDER_UID_ANNOTATION, LEASE_LABEL, NEXT_HOLDER_ANNOTATION, NEXT_HOLDER_UID_ANNOTATION,
-    NEXT_TOKEN_ANNOTATION, RELEASED_ANNOTATION, TOKEN_ANNOTATION, TOKEN_FLOOR_ANNOTATION,
+    NEXT_TOKEN_ANNOTATION, RELEASED_ANNOTATION, TOKEN_ANNOTATION, TOKEN_CEILING_ANNOTATION, TOKEN_FLOOR_ANNOTATION,
 };
 
 /// Reads the grant state from a Lease. Never fails: unreadable annotations make the view
@@ -60,7 +60,18 @@ pub fn view(lease: &Lease) -> LeaseView {
         trusted,
         next: next(lease),
         released: released(lease),
+        ceiling: ann.get(TOKEN_CEILING_ANNOTATION).and_then(|v| v.trim().parse::<i64>().ok()).filter(|c| *c > 0),
     }
+}
+
+/// Sets (or, with `None`, removes) `leasehold.dev/token-ceiling` on `lease` in memory
+/// ([`LeaseView::ceiling`]).
+pub fn put_ceiling(lease: &mut Lease, ceiling: Option<i64>) {
+    let ann = lease.metadata.annotations.get_or_insert_with(BTreeMap::new);
+    match ceiling.filter(|c| *c > 0) {
+        Some(c) => ann.insert(TOKEN_CEILING_ANNOTATION.into(), c.to_string()),
+        None => ann.remove(TOKEN_CEILING_ANNOTATION),
+    };
 }
 
 /// The Lease's `leasehold.dev/released` list ([`LeaseView::released`]): the comma-separated

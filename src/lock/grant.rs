@@ -190,6 +190,11 @@ pub struct LeaseView {
     /// [`crate::lock::RELEASED_ANNOTATION`]): request UIDs ([`request_uid`]), never granted
     /// again. Empty when absent.
     pub released: Vec<String>,
+    /// `leasehold.dev/token-ceiling` ([`crate::lock::TOKEN_CEILING_ANNOTATION`]): the lock's
+    /// reserved `status.tokenCeiling` as the operator knew it when it last wrote this Lease of a
+    /// single-holder lock; a waiter that arrives by the Lease ([`lease_arrival`]) takes a token
+    /// only up to it. `None` when absent or unreadable (then nobody arrives by the Lease).
+    pub ceiling: Option<i64>,
 }
 
 /// The candidate UID of request `request` of a standing claim (`spec.request`, issue 12):
@@ -212,6 +217,79 @@ pub fn split_request_uid(uid: &str) -> (&str, Option<i64>) {
             _ => (uid, None),
         },
         None => (uid, None),
+    }
+}
+
+/// The highest request of standing claim `object_uid` (its `metadata.uid`) that `lease` names:
+/// as its holder (`leasehold.dev/holder-uid`), its next-holder hint or an entry of its released
+/// list ([`request_uid`]). `None` when it names none of the claim's requests.
+pub fn lease_request(lease: &LeaseView, object_uid: &str) -> Option<i64> {
+    let holder = lease.holder.as_ref().and_then(|h| h.uid.as_deref());
+    let next = lease.next.as_ref().map(|n| n.uid.as_str());
+    holder
+        .into_iter()
+        .chain(next)
+        .chain(lease.released.iter().map(String::as_str))
+        .filter_map(|u| match split_request_uid(u) {
+            (o, Some(r)) if o == object_uid => Some(r),
+            _ => None,
+        })
+        .max()
+}
+
+/// The request a standing claim is at (issue 12, `docs/two-writes-per-grant.md`, "The arrival
+/// writes the hint"): the highest of its `spec.request`, its `status.request` and the request its
+/// lock's Lease names ([`lease_request`]). A waiter that arrives by the Lease ([`lease_arrival`])
+/// raises its request there and not in `spec.request` (one write per arrival), so the claim
+/// object alone lags; the operator reads the request from all three.
+pub fn current_request(spec: i64, status: Option<i64>, lease: Option<&LeaseView>, object_uid: &str) -> i64 {
+    spec.max(status.unwrap_or(0)).max(lease.and_then(|l| lease_request(l, object_uid)).unwrap_or(0))
+}
+
+/// When a request known only from the Lease (a waiter that arrived by the Lease and whose claim's
+/// `spec.request` is older) queues: after every request known from a claim object, whose
+/// `spec.requestTime` the operator can read. The operator then hints the oldest of those instead
+/// (a [`Decision::SetNext`] that displaces the arrival), and the displaced process arrives again
+/// by its claim with its own `spec.requestTime` ([`lease_arrival`]).
+pub const LEASE_ARRIVAL_QUEUED: Timestamp = Timestamp::MAX;
+
+/// What a waiting standing claim writes into its lock's Lease itself when it arrives (issue 12,
+/// "The arrival writes the hint"): one compare-and-swap instead of a `spec.request` patch and an
+/// operator's write.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LeaseArrival {
+    /// The lock is held and nobody is hinted: name itself as the next-holder hint with this
+    /// token; the holder's release then hands the lock over to it ([`Next`]).
+    Hint(Next),
+    /// The lock is free: take it, as holder, with this token (the grant the operator would
+    /// write, written by the waiter).
+    Take(i64),
+}
+
+/// Whether and how standing claim request `uid` (a [`request_uid`]) of identity `identity` may
+/// arrive by writing `lease` itself ([`LeaseArrival`]); `None` when it must arrive by its claim
+/// (`spec.request`): the Lease is not trusted (a hand-edited one), carries no token ceiling
+/// ([`LeaseView::ceiling`]: a semaphore's, or one the operator has not written since), already
+/// names a next holder, names this request already, or the next token
+/// ([`crate::lock::fencing::next_token`] of the Lease's token and floor) is above the ceiling.
+///
+/// Safe as a grant the operator decides on the same Lease version: the write is a
+/// compare-and-swap on the resourceVersion read, the token is above the Lease's token and floor
+/// (so above every token handed out while this Lease existed, `leasehold.dev/token-floor` for
+/// the ones before) and within the lock's reservation. Model-checked: `tests/model.rs`,
+/// "arrival by the Lease".
+pub fn lease_arrival(lease: &LeaseView, identity: &str, uid: &str) -> Option<LeaseArrival> {
+    if !lease.trusted || lease.next.is_some() {
+        return None;
+    }
+    let token = fencing::next_token(lease.token, lease.floor).ok()?;
+    if token > lease.ceiling? {
+        return None;
+    }
+    match &lease.holder {
+        None => Some(LeaseArrival::Take(token)),
+        Some(h) if h.uid.as_deref() == Some(uid) => None,
+        Some(_) => Some(LeaseArrival::Hint(Next { identity: identity.to_string(), uid: uid.to_string(), token })),
     }
 }
 

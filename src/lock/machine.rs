@@ -774,7 +774,7 @@ mod tests {
         assert_eq!((s.plan.decision, s.next), (Decision::SetNext, None));
         // A grant to b carries the hint for c, the next in the queue.
         let mut snap = snapshot("r1");
-        snap.lease = Some(LeaseView { holder: None, token: 4, floor: 0, trusted: true, next: None, released: vec![] });
+        snap.lease = Some(LeaseView { holder: None, token: 4, floor: 0, trusted: true, next: None, released: vec![], ceiling: None });
         snap.candidates = vec![claim("b", 2, None), claim("c", 3, None)];
         let s = step(&snap, secs(1), &Clocks::default()).unwrap();
         assert!(
@@ -870,7 +870,7 @@ mod tests {
 
     /// A semaphore of `max` slots, every slot's Lease free, these candidates.
     fn semaphore(max: u32, candidates: Vec<Candidate>) -> Snapshot {
-        let free = LeaseView { holder: None, token: 0, floor: 0, trusted: true, next: None, released: vec![] };
+        let free = LeaseView { holder: None, token: 0, floor: 0, trusted: true, next: None, released: vec![], ceiling: None };
         let extra = (1..max).map(|_| SlotLease { lease: Some(free.clone()), renew_marker: None }).collect();
         Snapshot {
             lease: Some(free),

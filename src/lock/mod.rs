@@ -27,6 +27,11 @@ pub const HOLDER_UID_ANNOTATION: &str = "leasehold.dev/holder-uid";
 pub const HOLDER_KIND_ANNOTATION: &str = "leasehold.dev/holder-kind";
 /// Lease annotation: every token issued before the Lease was (re)created is <= this number.
 pub const TOKEN_FLOOR_ANNOTATION: &str = "leasehold.dev/token-floor";
+/// Lease annotation on a single-holder lock's Lease: the lock's reserved `status.tokenCeiling`
+/// as the operator knew it when it wrote the Lease (decimal). A waiting standing claim that
+/// arrives by the Lease (issue 12, [`grant::lease_arrival`]) takes a token only up to it. Only
+/// the operator writes it (the chart's Lease admission policy); absent on semaphore slots.
+pub const TOKEN_CEILING_ANNOTATION: &str = "leasehold.dev/token-ceiling";
 /// Lease annotation: the next-holder hint's `holderIdentity`, the waiting claim a claim holder
 /// hands the lock to when it releases ([`grant::Next`]).
 pub const NEXT_HOLDER_ANNOTATION: &str = "leasehold.dev/next-holder";
