@@ -772,6 +772,7 @@ fn snapshot(view: &View, fresh_reservation: Option<i64>, cfg: &Config) -> Snapsh
         floor: l.floor.unwrap_or(0),
         trusted: l.floor.is_some() && (l.holder.is_none() || l.token > 0),
         released: l.released.clone(),
+        ceiling: None,
         next: l.next.as_ref().map(|(identity, uid, token)| Next {
             identity: identity.clone(),
             uid: uid.clone(),
