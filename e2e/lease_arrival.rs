@@ -45,18 +45,21 @@ fn holder_uid(l: &Lease) -> Option<String> {
     l.metadata.annotations.as_ref()?.get(HOLDER_UID_ANNOTATION).cloned()
 }
 
-/// Every version of Lease `name` from now on, as its `leasehold.dev/holder-uid` ("" when free).
-fn record_holders(leases: &Api<Lease>, name: &str) -> std::sync::Arc<std::sync::Mutex<Vec<String>>> {
+/// Every version of Lease `name` from now on, as its `leasehold.dev/holder-uid` ("" when free)
+/// and its next-holder hint.
+type Versions = std::sync::Arc<std::sync::Mutex<Vec<(String, Option<Next>)>>>;
+
+async fn record_holders(leases: &Api<Lease>, name: &str) -> Versions {
     use futures::StreamExt;
     use kube::api::{WatchEvent, WatchParams};
     let seen = std::sync::Arc::new(std::sync::Mutex::new(vec![]));
     let sink = seen.clone();
-    let (leases, by_name) = (leases.clone(), WatchParams::default().fields(&format!("metadata.name={name}")));
+    let by_name = WatchParams::default().fields(&format!("metadata.name={name}"));
+    let mut stream = leases.watch(&by_name, "0").await.unwrap().boxed();
     tokio::spawn(async move {
-        let mut stream = leases.watch(&by_name, "0").await.unwrap().boxed();
         while let Some(Ok(ev)) = stream.next().await {
             if let WatchEvent::Added(l) | WatchEvent::Modified(l) = ev {
-                sink.lock().unwrap().push(holder_uid(&l).unwrap_or_default());
+                sink.lock().unwrap().push((holder_uid(&l).unwrap_or_default(), leasehold::lease::next(&l)));
             }
         }
     });
@@ -79,13 +82,15 @@ async fn a_standing_holders_second_acquire_on_a_held_lock_names_itself_next_in_t
     let (uid, request, generation) = claim_of(&claims, "a").await;
     assert_eq!(request, Some(1));
     set_ceiling(&leases, "l").await;
-    let holders = record_holders(&leases, "l");
+    let holders = record_holders(&leases, "l").await;
     let ticket = a.enqueue(OnBusy::Wait).await.expect("a enqueues again");
     assert_eq!(ticket.request(), Some(2));
     let me = request_uid(&uid, 2);
     let want = Next { identity: "a".into(), uid: me.clone(), token: gb.token() + 1 };
-    let l = leases.get("l").await.unwrap();
-    assert_eq!(leasehold::lease::next(&l), Some(want.clone()), "the enqueue wrote the hint itself");
+    wait_until("the hint naming a is seen", WAIT, || async {
+        holders.lock().unwrap().iter().any(|(_, n)| n.as_ref() == Some(&want))
+    })
+    .await;
     // The operator reads the hint as a's arrival and leaves it; nobody writes a's claim.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let l = leases.get("l").await.unwrap();
@@ -97,7 +102,7 @@ async fn a_standing_holders_second_acquire_on_a_held_lock_names_itself_next_in_t
     assert_eq!(ga.token(), want.token, "the hinted token, above b's");
     assert_eq!(holder_uid(&leases.get("l").await.unwrap()), Some(me.clone()));
     // b's release itself named a: the version after b's last one names a's request.
-    let seen = holders.lock().unwrap().clone();
+    let seen: Vec<String> = holders.lock().unwrap().iter().map(|(u, _)| u.clone()).collect();
     let last_b = seen.iter().rposition(|u| *u == b_request).expect("b's versions");
     assert_eq!(seen.get(last_b + 1), Some(&me), "b's release hands over to a: {seen:?}");
     assert_eq!(claim_of(&claims, "a").await, (uid, Some(1), generation), "a's claim spec is not written");
@@ -143,8 +148,9 @@ async fn a_standing_holders_second_acquire_on_a_free_lock_takes_the_lease_with_t
     assert!(!second.is_lost(), "the grant taken by the arrival holds");
     assert_eq!(holder_uid(&leases.get("l").await.unwrap()), Some(request_uid(&uid, 2)));
     second.release().await.expect("second release");
+    // Request 2 listed, and request 1 kept: the claim's spec.request still shows it.
     let l = leases.get("l").await.unwrap();
-    assert_eq!(leasehold::lease::released(&l), vec![request_uid(&uid, 2)]);
+    assert_eq!(leasehold::lease::released(&l), vec![request_uid(&uid, 1), request_uid(&uid, 2)]);
     let third = a.acquire(Some(WAIT)).await.expect("third acquire");
     assert_eq!(third.token(), t1 + 2);
     assert_eq!(holder_uid(&leases.get("l").await.unwrap()), Some(request_uid(&uid, 3)), "request 3, not 2 again");

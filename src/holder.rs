@@ -280,6 +280,15 @@ pub(crate) struct StandingRef {
 }
 
 impl StandingRef {
+    /// The request UID of the claim's `spec.request` as last seen, when later requests arrived by
+    /// the Lease (the claim object shows an older request than the one made): its entry in the
+    /// Lease's released list is kept ([`released_after`]).
+    fn spec_request_uid(&self) -> Option<String> {
+        let st = lock_state(&self.shared);
+        let c = st.claim.as_ref().filter(|c| c.uid == self.object_uid && c.spec_request < c.request)?;
+        Some(request_uid(&c.uid, c.spec_request))
+    }
+
     /// The request is over (released, lost, or it failed): the next acquire may raise it.
     fn done(&self) {
         lock_state(&self.shared).in_use = false;
@@ -1058,7 +1067,8 @@ impl Ticket {
             .unwrap_or_else(|| self.holder.lock.clone());
         let (identity, known) = (&self.holder.identity, &KnownLease::default());
         let grant_uid = self.grant_uid();
-        let released = self.request.map(|_| grant_uid.as_str());
+        let kept = self.standing.as_ref().and_then(|s| s.spec_request_uid());
+        let released = self.request.map(|_| (grant_uid.as_str(), kept.as_deref()));
         if let Err(e) = clear_holder(&leases, &lease_name, identity, &grant_uid, known, true, released).await {
             tracing::debug!(error = %e, "freeing the Lease on cancel failed (it expires)");
         }
@@ -1417,7 +1427,9 @@ async fn free(
         // No delete: the Lease write that ends the grant also lists the request as released,
         // so every version of the Lease that no longer names it says it was served (the
         // operator never grants a listed request, `lock::machine::step`).
-        let freed = clear_holder(leases, lease_name, identity, claim_uid, known, true, Some(claim_uid)).await;
+        let kept = s.spec_request_uid();
+        let released = Some((claim_uid, kept.as_deref()));
+        let freed = clear_holder(leases, lease_name, identity, claim_uid, known, true, released).await;
         if !matches!(freed, Ok(true)) {
             // Not listed as released (the Lease no longer named it, or the write failed): left
             // at this request, unrecorded if the hold was short, the claim would look like a
@@ -1567,7 +1579,7 @@ pub(crate) async fn clear_holder(
     claim_uid: &str,
     known: &KnownLease,
     may_hand_over: bool,
-    released: Option<&str>,
+    released: Option<(&str, Option<&str>)>,
 ) -> Result<bool, HolderError> {
     // One PUT when the Lease is as our last write (or the grant) left it (one PATCH when only the
     // grant's version is known: that clears, as the hint is not known); after a 409, from a fresh
@@ -1605,8 +1617,8 @@ pub(crate) async fn clear_holder(
         }
         let handing = crate::lease::next(&lease).is_some();
         hand_over(&mut lease, Timestamp::now());
-        if let Some(r) = released {
-            let list = released_after(&crate::lease::released(&lease), r);
+        if let Some((r, kept)) = released {
+            let list = released_after(&crate::lease::released(&lease), r, kept);
             crate::lease::put_released(&mut lease, &list);
         }
         match leases.replace(lease_name, &PostParams::default(), &lease).await {
@@ -1624,11 +1636,17 @@ pub(crate) async fn clear_holder(
 
 /// `released`, a Lease's `leasehold.dev/released` list, after the release of `request_uid` (a
 /// standing claim's request UID, [`request_uid`]): the same claim's older entries dropped (its
-/// request only grows, so they can no longer matter), this one appended; other claims' entries
-/// kept in their order.
-pub(crate) fn released_after(released: &[String], request_uid: &str) -> Vec<String> {
+/// request only grows, so they can no longer matter), except `kept` if it is listed (the request
+/// the claim's `spec.request` still shows, when later requests arrived by the Lease: an operator
+/// that reads a claim's request from its spec alone must still find it released), this one
+/// appended; other claims' entries kept in their order.
+pub(crate) fn released_after(released: &[String], request_uid: &str, kept: Option<&str>) -> Vec<String> {
     let object = split_request_uid(request_uid).0;
-    let mut list: Vec<String> = released.iter().filter(|e| split_request_uid(e).0 != object).cloned().collect();
+    let mut list: Vec<String> = released
+        .iter()
+        .filter(|e| split_request_uid(e).0 != object || (Some(e.as_str()) == kept && e.as_str() != request_uid))
+        .cloned()
+        .collect();
     list.push(request_uid.to_string());
     list
 }
@@ -1767,14 +1785,21 @@ mod tests {
     }
 
     /// A standing claim's release lists its request as released, drops the same claim's older
-    /// requests (its request only grows) and keeps every other claim's entries in order.
+    /// requests (its request only grows) but the one its `spec.request` still shows, and keeps
+    /// every other claim's entries in order.
     #[test]
     fn a_release_lists_its_request_and_drops_only_its_own_claims_older_requests() {
         let list = |v: &[&str]| v.iter().map(|e| e.to_string()).collect::<Vec<_>>();
-        assert_eq!(released_after(&[], "c1/1"), list(&["c1/1"]));
-        assert_eq!(released_after(&list(&["c2/4", "c1/1", "c3/9"]), "c1/2"), list(&["c2/4", "c3/9", "c1/2"]));
+        assert_eq!(released_after(&[], "c1/1", None), list(&["c1/1"]));
+        assert_eq!(released_after(&list(&["c2/4", "c1/1", "c3/9"]), "c1/2", None), list(&["c2/4", "c3/9", "c1/2"]));
         // A prefix of another claim's UID is another claim.
-        assert_eq!(released_after(&list(&["c1x/1"]), "c1/2"), list(&["c1x/1", "c1/2"]));
+        assert_eq!(released_after(&list(&["c1x/1"]), "c1/2", None), list(&["c1x/1", "c1/2"]));
+        // Requests 2 and 3 arrived by the Lease: spec.request still shows 1, whose entry stays
+        // (only if listed: the chart's Lease policy lets a release add nothing but its request).
+        assert_eq!(released_after(&list(&["c1/1"]), "c1/2", Some("c1/1")), list(&["c1/1", "c1/2"]));
+        assert_eq!(released_after(&list(&["c1/1", "c1/2"]), "c1/3", Some("c1/1")), list(&["c1/1", "c1/3"]));
+        assert_eq!(released_after(&list(&["c2/4"]), "c1/3", Some("c1/1")), list(&["c2/4", "c1/3"]));
+        assert_eq!(released_after(&list(&["c1/3"]), "c1/3", Some("c1/3")), list(&["c1/3"]));
     }
 
     /// The Lease write of a standing claim's release names its request as released, whether it
