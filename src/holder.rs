@@ -166,8 +166,11 @@ impl std::fmt::Display for LostReason {
 /// For a single-holder lock (no `spec.maxHolders`) it keeps one **standing claim** across
 /// [`Holder::acquire`] / [`LockGuard::release`] cycles, shared by its clones (issue 12,
 /// `docs/two-writes-per-grant.md`): the first acquire creates it with `spec.request: 1`, each
-/// later one is a single merge patch that raises `spec.request`, and a release is the Lease
-/// write alone (no claim DELETE). [`Holder::close`] deletes it. A semaphore, a lock set
+/// later one is a single write: a waiting acquire arrives by the lock's Lease when the operator's
+/// token ceiling there allows it (one compare-and-swap that names its request as the next-holder
+/// hint, or takes the free Lease: [`lease_arrival`]; `spec.request` is not raised, the holder
+/// counts its requests itself), otherwise it is a merge patch that raises `spec.request`; a
+/// release is the Lease write alone (no claim DELETE). [`Holder::close`] deletes it. A semaphore, a lock set
 /// ([`crate::holder_set`]), a holder made with [`Holder::one_shot`], or an acquire of a clone
 /// while the standing claim is in use (or asks with another [`OnBusy`]) uses a one-shot claim
 /// per acquire, deleted by its release.
@@ -198,6 +201,9 @@ struct StandingState {
     /// claims), or did not store `spec.request` (an older CRD): every later acquire uses
     /// one-shot claims.
     refused: bool,
+    /// The API server refused an arrival by the Lease (403: a Lease admission policy from before
+    /// it): every later request arrives by the claim.
+    lease_refused: bool,
     /// Where the claim lives, for the delete when the last clone is dropped.
     api: Option<Api<DistributedLockClaim>>,
 }
@@ -418,10 +424,15 @@ impl Holder {
 
     /// Joins the queue without waiting and returns a [`Ticket`] to wait on or to cancel (for
     /// callers that must react to signals while waiting). For a single-holder lock: the next
-    /// request of the standing claim (the first acquire creates it with `spec.request: 1` and
-    /// `spec.requestTime` now, a later one is one merge patch `spec.request + 1`, `requestTime`
-    /// now; a claim found deleted, 404, is created anew); otherwise (see [`Holder`]) a new
-    /// one-shot claim.
+    /// request r of the standing claim (the first acquire creates it with `spec.request: 1` and
+    /// `spec.requestTime` now; a later one, r one above both the holder's own count and
+    /// `spec.request`, arrives by the lock's Lease when `on_busy` is [`OnBusy::Wait`] and
+    /// [`lease_arrival`] allows it: one compare-and-swap that names it as the next-holder hint
+    /// (its wait re-arrives by the claim, `spec.request = r` with `spec.requestTime` the Lease
+    /// arrival's, should a later version of the Lease name it neither as hint nor as holder) or
+    /// takes the free Lease (the ticket is granted already); otherwise, or when that write fails,
+    /// one merge patch `spec.request = r`, `requestTime` now; a claim found deleted, 404, is
+    /// created anew); otherwise (see [`Holder`]) a new one-shot claim.
     ///
     /// # Errors
     /// [`HolderError::LockNotFound`], [`HolderError::InvalidTimings`], [`HolderError::Kube`].
@@ -517,6 +528,7 @@ impl Holder {
                 // A plain waiter (issue 12) arrives by the Lease when it can: one write, and the
                 // operator writes nothing for it.
                 if on_busy == OnBusy::Wait
+                    && !lock_state(&self.standing).lease_refused
                     && let Some((arrived, queued)) = self.arrive_by_lease(&c.uid, request).await
                 {
                     if let Some(s) = lock_state(&self.standing).claim.as_mut().filter(|s| s.uid == c.uid) {
@@ -659,6 +671,9 @@ impl Holder {
             )),
             Err(e) => {
                 tracing::debug!(error = %e, "the arrival by the Lease failed: arriving by the claim");
+                if is_forbidden(&e) {
+                    lock_state(&self.standing).lease_refused = true;
+                }
                 None
             }
         }
