@@ -1812,6 +1812,7 @@ impl Model for LockModel {
                 let slot = usize::from(w.procs[i].slot);
                 let me = w.proc_uid(i);
                 let standing = w.standing;
+                let spec_request = w.api.claims[i].as_ref().map(|c| c.request);
                 let names_it = w.api.leases[slot]
                     .as_ref()
                     .and_then(|l| l.holder.as_ref())
@@ -1825,9 +1826,14 @@ impl Model for LockModel {
                     let lease = w.api.leases[slot].as_mut().unwrap();
                     // A standing claim's release lists its request as released, in the same
                     // write (its older entries dropped).
+                    // The entry of the request its claim's `spec.request` still shows stays
+                    // (`holder::released_after`: requests after it arrived by the Lease).
                     if standing && self.cfg.bug != Some(Bug::ReleaseWithoutRecord) {
                         let object = format!("{}-0", CLAIM_NAMES[i]);
-                        lease.released.retain(|e| grant::split_request_uid(e).0 != object);
+                        let spec = spec_request.map(|r| grant::request_uid(&object, r.into()));
+                        lease.released.retain(|e| {
+                            grant::split_request_uid(e).0 != object || (Some(e) == spec.as_ref() && *e != me)
+                        });
                         lease.released.push(me);
                         lease.released.sort();
                     }
