@@ -672,6 +672,7 @@ mod tests {
                 // b waits at the head: the hint the operator keeps while a holds.
                 next: Some(Next { identity: "b".into(), uid: "uid-b".into(), token: 5 }),
                 released: vec![],
+                ceiling: None,
             }),
             renew_marker: Some(marker.into()),
             extra_slots: vec![],
@@ -774,7 +775,15 @@ mod tests {
         assert_eq!((s.plan.decision, s.next), (Decision::SetNext, None));
         // A grant to b carries the hint for c, the next in the queue.
         let mut snap = snapshot("r1");
-        snap.lease = Some(LeaseView { holder: None, token: 4, floor: 0, trusted: true, next: None, released: vec![], ceiling: None });
+        snap.lease = Some(LeaseView {
+            holder: None,
+            token: 4,
+            floor: 0,
+            trusted: true,
+            next: None,
+            released: vec![],
+            ceiling: None,
+        });
         snap.candidates = vec![claim("b", 2, None), claim("c", 3, None)];
         let s = step(&snap, secs(1), &Clocks::default()).unwrap();
         assert!(
@@ -870,7 +879,8 @@ mod tests {
 
     /// A semaphore of `max` slots, every slot's Lease free, these candidates.
     fn semaphore(max: u32, candidates: Vec<Candidate>) -> Snapshot {
-        let free = LeaseView { holder: None, token: 0, floor: 0, trusted: true, next: None, released: vec![], ceiling: None };
+        let free =
+            LeaseView { holder: None, token: 0, floor: 0, trusted: true, next: None, released: vec![], ceiling: None };
         let extra = (1..max).map(|_| SlotLease { lease: Some(free.clone()), renew_marker: None }).collect();
         Snapshot {
             lease: Some(free),
@@ -893,6 +903,7 @@ mod tests {
             trusted: true,
             next: None,
             released: vec![],
+            ceiling: None,
         };
         match k {
             0 => s.lease = Some(view),

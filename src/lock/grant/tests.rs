@@ -48,6 +48,7 @@ fn lease(holder: Option<&str>, token: i64) -> LeaseView {
         trusted: true,
         next: None,
         released: vec![],
+        ceiling: None,
     }
 }
 
@@ -628,6 +629,7 @@ fn a_recreated_lease_is_held_for_a_lease_duration_while_a_claim_may_hold_unrecor
         trusted: true,
         next: None,
         released: vec![],
+        ceiling: None,
     };
     let o = Observation { ceiling: 2000, holder_renewed_ago: Some(Duration::from_secs(14)), ..obs(Some(&held), &pods) };
     let plan = decide(&o).unwrap();
