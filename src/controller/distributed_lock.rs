@@ -1360,14 +1360,11 @@ async fn expire_claims(
         // grant this reconcile took back itself marks it `Expired` (its process learns any
         // loss from its own renewals).
         .filter(|c| c.multi.is_none() || released.is_some_and(|r| r.name == c.identity))
-        // Only a claim that still shows Granted, as the cache has it at the version decided on
-        // (a claim this reconcile just wrote is newer than the cache: left to the next one).
+        // Only a claim that still shows Granted at the version decided on: as the cache has it,
+        // or as this operator's own grant patch returned it (the cache lags behind that write).
         .filter(|c| {
-            ctx.claims.state().iter().any(|x| {
-                x.metadata.uid.as_deref() == Some(grant::split_request_uid(&c.uid).0)
-                    && x.metadata.resource_version.as_deref() == Some(c.resource_version.as_str())
-                    && x.status.as_ref().and_then(|s| s.phase) == Some(ClaimPhase::Granted)
-            })
+            let written = ctx.holders_written.lock().unwrap_or_else(|e| e.into_inner());
+            shows_granted(c, &lock.name_any(), &ctx.claims.state(), &written)
         })
         .cloned()
         .collect();
@@ -1418,6 +1415,30 @@ async fn expire_claims(
         }
     }
     Ok(())
+}
+
+/// Whether claim candidate `c` (of lock `lock`) still shows `Granted` at the version it was
+/// decided on (`c.resource_version`): the cached claim (`cached`) at that version with
+/// `status.phase: Granted`, or the copy this operator's own grant patch returned
+/// ([`Context::holders_written`], [`remember_written`]) at that version and granted. Without the
+/// second, a grant written and taken back in the same reconcile (the cache has not seen the
+/// grant yet) kept showing `Granted` beside the next holder's (chaos run, 2026-12-05: a recreated
+/// Lease later adopted the stale grant and the waiter was answered 20 s late).
+fn shows_granted(
+    c: &Candidate,
+    lock: &str,
+    cached: &[Arc<DistributedLockClaim>],
+    written: &HashMap<String, (String, Candidate, Instant)>,
+) -> bool {
+    let in_cache = cached.iter().any(|x| {
+        x.metadata.uid.as_deref() == Some(grant::split_request_uid(&c.uid).0)
+            && x.metadata.resource_version.as_deref() == Some(c.resource_version.as_str())
+            && x.status.as_ref().and_then(|s| s.phase) == Some(ClaimPhase::Granted)
+    });
+    in_cache
+        || written
+            .get(&written_key(&c.uid, lock))
+            .is_some_and(|(_, w, _)| w.resource_version == c.resource_version && !w.gated)
 }
 
 async fn record_release(ctx: &Context, lock: &DistributedLock, r: &Release) {
@@ -1695,6 +1716,34 @@ mod tests {
         other.uid = "uid-d".into();
         assert_eq!(newest(other.clone(), "l", &written), other);
         assert_eq!(newest(claim("5", None), "m", &written), claim("5", None));
+    }
+
+    /// A claim whose grant this reconcile just wrote (the cache still shows it waiting) counts as
+    /// showing `Granted` at the written version, so taking that grant back marks it `Expired`.
+    #[test]
+    fn a_grant_written_in_this_reconcile_shows_granted_for_the_expiry() {
+        let granted = claim("6", Some(7));
+        let key = written_key(&granted.uid, "l");
+        let written = HashMap::from([(key, ("5".to_string(), granted.clone(), Instant::now()))]);
+        // The cache still has the claim waiting, at the version the grant patch replaced.
+        let mut waiting = standing_claim(1, json!(null));
+        waiting.metadata.uid = Some(granted.uid.clone());
+        waiting.metadata.resource_version = Some("5".into());
+        let cached_waiting = Arc::new(waiting);
+        // Not in the cache at version 6: only the written copy says Granted.
+        assert!(!shows_granted(&granted, "l", std::slice::from_ref(&cached_waiting), &HashMap::new()));
+        assert!(shows_granted(&granted, "l", &[cached_waiting.clone()], &written));
+        // A different version than the written one, a gated written copy, or another lock: no.
+        assert!(!shows_granted(&claim("8", Some(7)), "l", &[cached_waiting.clone()], &written));
+        let gated =
+            HashMap::from([(written_key(&granted.uid, "l"), ("5".to_string(), claim("6", None), Instant::now()))]);
+        assert!(!shows_granted(&granted, "l", &[cached_waiting.clone()], &gated));
+        assert!(!shows_granted(&granted, "m", &[cached_waiting], &written));
+        // The cache at that version showing Granted is enough on its own.
+        let mut cached = standing_claim(1, json!({"phase": "Granted", "token": 7, "request": 1}));
+        cached.metadata.uid = Some(granted.uid.clone());
+        cached.metadata.resource_version = Some("6".into());
+        assert!(shows_granted(&granted, "l", &[Arc::new(cached)], &HashMap::new()));
     }
 
     #[test]
