@@ -207,6 +207,12 @@ async fn reconcile_lock(lock: Arc<DistributedLock>, ctx: Arc<Context>, started: 
             }
         }
         let (plan, slot, all_holders, next) = (step.plan, step.slot, step.holders, step.next);
+        // The token ceiling every Lease write of this step records (`leasehold.dev/token-ceiling`,
+        // what a standing claim's arrival by the Lease may take a token up to): the lock's
+        // reserved `status.tokenCeiling` this step decided with (after this reconcile's own
+        // Reserve, the fresh one), on the lock object that owns the Lease. None on a semaphore's
+        // slot Leases (each grant there reserves its own token).
+        let ceiling = lease_ceiling(&lock, &snapshot, slot);
         if leases.len() <= slot as usize {
             leases.resize(slot as usize + 1, None);
         }
@@ -219,7 +225,7 @@ async fn reconcile_lock(lock: Arc<DistributedLock>, ctx: Arc<Context>, started: 
                 snapshot.fresh_reservation = Some(from);
             }
             Decision::CreateLease { holder, floor } => {
-                let created = match lease::create(&lease_api, &lock, slot, holder.as_ref(), floor).await {
+                let created = match lease::create(&lease_api, &lock, slot, holder.as_ref(), floor, ceiling).await {
                     Ok(l) => l,
                     Err(e) if e.is_conflict() && slot > 0 => {
                         // A slot Lease that exists but is not in the cache: our own, not seen yet
@@ -251,26 +257,27 @@ async fn reconcile_lock(lock: Arc<DistributedLock>, ctx: Arc<Context>, started: 
                 let observed = leases[slot as usize].as_ref().ok_or(Error::MissingField("Lease"))?;
                 let replaced = observed.metadata.resource_version.clone();
                 let base = with_released(observed, &snapshot.candidates);
-                let written = match lease::update(&lease_api, &lock, &base, holder.as_ref(), floor, next.as_ref()).await
-                {
-                    Ok(w) => w,
-                    Err(e) if e.is_conflict() && !reread => {
-                        // The cache lagged behind the Lease (a holder released it right after
-                        // the watch event that woke us, or our own last write is not cached
-                        // yet): read it and decide again now, instead of 200 ms later. Safe: a
-                        // fresher view of one object (the model's caches catch up per kind at
-                        // any time), and the next write is again a compare-and-swap.
-                        count_conflict(&ctx.metrics, &e);
-                        reread = true;
-                        let lease_name = observed.name_any();
-                        leases[slot as usize] = call("get Lease", lease_api.get_opt(&lease_name)).await?;
-                        continue;
-                    }
-                    Err(e) => {
-                        count_conflict(&ctx.metrics, &e);
-                        return Err(e);
-                    }
-                };
+                let written =
+                    match lease::update(&lease_api, &lock, &base, holder.as_ref(), floor, next.as_ref(), ceiling).await
+                    {
+                        Ok(w) => w,
+                        Err(e) if e.is_conflict() && !reread => {
+                            // The cache lagged behind the Lease (a holder released it right after
+                            // the watch event that woke us, or our own last write is not cached
+                            // yet): read it and decide again now, instead of 200 ms later. Safe: a
+                            // fresher view of one object (the model's caches catch up per kind at
+                            // any time), and the next write is again a compare-and-swap.
+                            count_conflict(&ctx.metrics, &e);
+                            reread = true;
+                            let lease_name = observed.name_any();
+                            leases[slot as usize] = call("get Lease", lease_api.get_opt(&lease_name)).await?;
+                            continue;
+                        }
+                        Err(e) => {
+                            count_conflict(&ctx.metrics, &e);
+                            return Err(e);
+                        }
+                    };
                 remember_lease(&ctx, &ns, slot, replaced, &written);
                 leases[slot as usize] = Some(written);
                 // A claim whose grant this write took back shows `Expired` before the next
@@ -320,7 +327,7 @@ async fn reconcile_lock(lock: Arc<DistributedLock>, ctx: Arc<Context>, started: 
                 let observed = leases[slot as usize].as_ref().ok_or(Error::MissingField("Lease"))?;
                 let replaced = observed.metadata.resource_version.clone();
                 let base = with_released(observed, &snapshot.candidates);
-                let written = lease::update(&lease_api, &lock, &base, Some(&holder), floor, None)
+                let written = lease::update(&lease_api, &lock, &base, Some(&holder), floor, None, ceiling)
                     .await
                     .inspect_err(|e| count_conflict(&ctx.metrics, e))?;
                 remember_lease(&ctx, &ns, slot, replaced, &written);
@@ -337,7 +344,7 @@ async fn reconcile_lock(lock: Arc<DistributedLock>, ctx: Arc<Context>, started: 
                 let observed = leases[slot as usize].as_ref().ok_or(Error::MissingField("Lease"))?;
                 let replaced = observed.metadata.resource_version.clone();
                 let base = with_released(observed, &snapshot.candidates);
-                match lease::set_next(&lease_api, &base, next.as_ref()).await {
+                match lease::set_next(&lease_api, &base, next.as_ref(), ceiling).await {
                     Ok(written) => {
                         remember_lease(&ctx, &ns, slot, replaced, &written);
                         leases[slot as usize] = Some(written);
@@ -516,6 +523,18 @@ fn count_conflict(m: &Metrics, e: &Error) {
     if e.is_conflict() {
         m.conflicts.inc();
     }
+}
+
+/// The `leasehold.dev/token-ceiling` of a Lease write to slot `slot` of `lock` decided on
+/// `snapshot` ([`lease::put_ceiling`]): the reserved `status.tokenCeiling` the decision was made
+/// with (`snapshot.ceiling`, read from `lock`, the object that owns the Lease, or written by this
+/// reconcile's own reservation) for a single-holder lock's Lease; `None` (removed) for a
+/// semaphore (`spec.maxHolders`) and any slot above 0, and while nothing is reserved.
+fn lease_ceiling(lock: &DistributedLock, snapshot: &Snapshot, slot: u32) -> Option<i64> {
+    let reserved = lock.status.as_ref().map_or(0, |s| s.token_ceiling);
+    (lock.spec.max_holders.is_none() && snapshot.max_holders.is_none() && slot == 0 && snapshot.ceiling > 0)
+        .then_some(snapshot.ceiling.min(reserved))
+        .filter(|c| *c > 0)
 }
 
 /// Candidates for `lock` in `ns`, from the caches: pods whose `leasehold.dev/lock` annotation
@@ -1744,6 +1763,38 @@ mod tests {
         cached.metadata.uid = Some(granted.uid.clone());
         cached.metadata.resource_version = Some("6".into());
         assert!(shows_granted(&granted, "l", &[Arc::new(cached)], &HashMap::new()));
+    }
+
+    /// A single-holder lock's Lease writes record the reserved ceiling decided with; a
+    /// semaphore's (and any slot above 0) none.
+    #[test]
+    fn only_a_single_holder_locks_lease_records_the_reserved_ceiling() {
+        let mut lock = DistributedLock::new("l", Default::default());
+        lock.status = Some(DistributedLockStatus { token_ceiling: 120, ..Default::default() });
+        let snapshot = Snapshot {
+            settings: Settings {
+                start_timeout: Duration::from_secs(1),
+                node_loss_timeout: Duration::from_secs(1),
+                lease_duration: Duration::from_secs(1),
+                claim_record_delay: Duration::ZERO,
+            },
+            lease: None,
+            renew_marker: None,
+            extra_slots: vec![],
+            max_holders: None,
+            candidates: vec![],
+            ceiling: 120,
+            highest_token: 0,
+            slot_tokens: vec![],
+            fresh_reservation: None,
+        };
+        assert_eq!(lease_ceiling(&lock, &snapshot, 0), Some(120));
+        assert_eq!(lease_ceiling(&lock, &snapshot, 1), None);
+        let nothing_reserved = Snapshot { ceiling: 0, ..snapshot.clone() };
+        lock.status = None;
+        assert_eq!(lease_ceiling(&lock, &nothing_reserved, 0), None);
+        lock.spec.max_holders = Some(2);
+        assert_eq!(lease_ceiling(&lock, &Snapshot { max_holders: Some(2), ..snapshot }, 0), None);
     }
 
     #[test]
