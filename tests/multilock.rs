@@ -375,6 +375,7 @@ fn snapshot(view: &View, l: usize, fresh: Option<i64>, cfg: &Config, renewing: b
         trusted: true,
         next: None,
         released: vec![],
+        ceiling: None,
     });
     Snapshot {
         settings: Settings {

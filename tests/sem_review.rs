@@ -45,6 +45,7 @@ fn lease(holder: Option<&str>, token: i64) -> LeaseView {
         trusted: true,
         next: None,
         released: vec![],
+        ceiling: None,
     }
 }
 
