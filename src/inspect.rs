@@ -1927,6 +1927,51 @@ mod tests {
         (ready_lock(Some(("h", 3))), lease(Some(("h", 3))), pods, vec![claim("cl", "laptop", 25)])
     }
 
+    /// A standing claim at request 1 (released) whose request 2 only the Lease knows.
+    fn standing(name: &str) -> DistributedLockClaim {
+        serde_json::from_value(json!({
+            "apiVersion": "leasehold.dev/v1alpha1", "kind": "DistributedLockClaim",
+            "metadata": {"name": name, "namespace": NS, "uid": format!("uid-{name}"), "creationTimestamp": ts(5)},
+            "spec": {"lock": "l", "identity": "me", "request": 1, "requestTime": ts(5)},
+            "status": {"phase": "Granted", "token": 2, "request": 1},
+        }))
+        .unwrap()
+    }
+
+    /// `leasehold status` and `why` read a standing claim's request from the Lease when only the
+    /// Lease knows it (an arrival by the Lease, issue 12): hinted, it waits; as holder, it holds.
+    #[test]
+    fn a_request_known_only_from_the_lease_shows_as_waiting_or_holding() {
+        let claims = vec![standing("s")];
+        let mut hinted = lease(Some(("h", 3)));
+        lease::put_released(&mut hinted, &["uid-s/1".into()]);
+        lease::put_next(&mut hinted, Some(&grant::Next { identity: "me".into(), uid: "uid-s/2".into(), token: 4 }));
+        let lock = ready_lock(Some(("h", 3)));
+        let r = lock_report(&lock, LeaseRead::Found(&hinted), &[holder_pod("h", 3)], &claims, now());
+        let w: Vec<(&str, Option<i64>)> = r.waiters.iter().map(|w| (w.name.as_str(), w.request)).collect();
+        assert_eq!(w, vec![("s", Some(2))]);
+        let slots = [LeaseRead::Found(&hinted)];
+        let e = explain_claim(&claims[0], Some(&lock), &slots, &[holder_pod("h", 3)], &claims, None, now());
+        assert!(e.text.contains("(request 2)") && e.text.contains("waits for lock l"), "{}", e.text);
+        assert!(e.text.contains("names it as the next holder") && e.text.contains("by the Lease"), "{}", e.text);
+        // Taken by the Lease: granted, its status not written yet.
+        let mut taken = lease(None);
+        lease::put_released(&mut taken, &["uid-s/1".into()]);
+        let spec = taken.spec.as_mut().unwrap();
+        spec.holder_identity = Some("me".into());
+        let ann = taken.metadata.annotations.as_mut().unwrap();
+        ann.insert("leasehold.dev/holder-uid".into(), "uid-s/2".into());
+        ann.insert("leasehold.dev/holder-kind".into(), "Claim".into());
+        ann.insert(TOKEN_ANNOTATION.into(), "4".into());
+        let slots = [LeaseRead::Found(&taken)];
+        let e = explain_claim(&claims[0], Some(&ready_lock(None)), &slots, &[], &claims, None, now());
+        assert!(matches!(e.verdict, Verdict::GrantInProgress { .. }), "{}", e.text);
+        assert!(e.text.contains("(request 2)"), "{}", e.text);
+        let r = lock_report(&ready_lock(None), LeaseRead::Found(&taken), &[], &claims, now());
+        assert!(r.waiters.is_empty());
+        assert_eq!(r.lease.and_then(|l| l.holder_identity).as_deref(), Some("me"));
+    }
+
     #[test]
     fn the_report_lists_the_holder_and_the_waiters_in_the_operators_order() {
         let (lock, lease, pods, claims) = world();
