@@ -461,7 +461,10 @@ async fn reconcile_lock(lock: Arc<DistributedLock>, ctx: Arc<Context>, started: 
                 let first_waiter = queue_of(&live)
                     .into_iter()
                     .find(|c| plan.holder.as_ref().is_none_or(|h| h.uid != c.uid))
-                    .map(|c| c.created);
+                    .map(|c| c.created)
+                    // A request known only from the Lease has no time of its own (it queues at
+                    // LEASE_ARRIVAL_QUEUED, the end of time): no oldest-waiter time for it.
+                    .filter(|t| *t != grant::LEASE_ARRIVAL_QUEUED);
                 let tentative = plan.holder.as_ref().and_then(|h| multi_of(&snapshot, h)).is_some_and(|c| c.gated);
                 let view = StatusView {
                     holder: &plan.holder,
