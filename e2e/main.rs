@@ -8,6 +8,7 @@ mod holder_cli;
 mod holder_roles;
 mod inspect;
 mod install;
+mod lease_arrival;
 mod lock_lifecycle;
 mod lock_safety;
 mod multilock;

@@ -53,7 +53,7 @@ use kube::{Client, ResourceExt};
 use tokio::sync::watch;
 
 use crate::crd::{ClaimPhase, DistributedLock, DistributedLockClaim, DistributedLockClaimSpec, OnBusy};
-use crate::lock::grant::{HolderKind, request_uid, split_request_uid};
+use crate::lock::grant::{HolderKind, LeaseArrival, LeaseView, Next, lease_arrival, request_uid, split_request_uid};
 use crate::lock::{
     HOLDER_KIND_ANNOTATION, HOLDER_UID_ANNOTATION, NEXT_HOLDER_ANNOTATION, NEXT_HOLDER_UID_ANNOTATION,
     NEXT_TOKEN_ANNOTATION, TOKEN_ANNOTATION,
@@ -166,8 +166,11 @@ impl std::fmt::Display for LostReason {
 /// For a single-holder lock (no `spec.maxHolders`) it keeps one **standing claim** across
 /// [`Holder::acquire`] / [`LockGuard::release`] cycles, shared by its clones (issue 12,
 /// `docs/two-writes-per-grant.md`): the first acquire creates it with `spec.request: 1`, each
-/// later one is a single merge patch that raises `spec.request`, and a release is the Lease
-/// write alone (no claim DELETE). [`Holder::close`] deletes it. A semaphore, a lock set
+/// later one is a single write: a waiting acquire arrives by the lock's Lease when the operator's
+/// token ceiling there allows it (one compare-and-swap that names its request as the next-holder
+/// hint, or takes the free Lease: [`lease_arrival`]; `spec.request` is not raised, the holder
+/// counts its requests itself), otherwise it is a merge patch that raises `spec.request`; a
+/// release is the Lease write alone (no claim DELETE). [`Holder::close`] deletes it. A semaphore, a lock set
 /// ([`crate::holder_set`]), a holder made with [`Holder::one_shot`], or an acquire of a clone
 /// while the standing claim is in use (or asks with another [`OnBusy`]) uses a one-shot claim
 /// per acquire, deleted by its release.
@@ -198,6 +201,9 @@ struct StandingState {
     /// claims), or did not store `spec.request` (an older CRD): every later acquire uses
     /// one-shot claims.
     refused: bool,
+    /// The API server refused an arrival by the Lease (403: a Lease admission policy from before
+    /// it): every later request arrives by the claim.
+    lease_refused: bool,
     /// Where the claim lives, for the delete when the last clone is dropped.
     api: Option<Api<DistributedLockClaim>>,
 }
@@ -223,10 +229,46 @@ struct Standing {
     name: String,
     /// `metadata.uid`.
     uid: String,
-    /// `spec.request`: the last request made (>= 1).
+    /// The last request made (>= 1), by the claim or by the Lease (issue 12: an arrival by the
+    /// Lease does not raise `spec.request`, so the library counts its requests itself).
     request: i64,
+    /// `spec.request` as last seen (its create, or the last patch that raised it).
+    spec_request: i64,
+    /// The claim's resourceVersion as the last write of it returned it: the wait of a request
+    /// that arrived by the Lease watches the claim from there.
+    claim_rv: String,
     /// `spec.onBusy`, immutable: an acquire with another policy uses a one-shot claim.
     on_busy: OnBusy,
+}
+
+/// The next request of a standing claim: one above both the library's own count of its requests
+/// (`local`: the last one made, by the claim or by the Lease) and the claim's `spec.request` as
+/// last seen (`spec`; CEL lets it only grow). An arrival by the Lease raises only `local`.
+fn next_request(local: i64, spec: i64) -> i64 {
+    local.max(spec).saturating_add(1)
+}
+
+/// Whether a request that arrived by the Lease as its next-holder hint (issue 12) has been
+/// displaced: `lease` (a later version of the Lease) names request UID `uid` neither as its
+/// next holder nor as its holder (the operator hinted an older waiter instead, a release freed
+/// the Lease without handing it over, or the Lease was recreated). The request then exists only
+/// in this process, and must arrive by its claim (`spec.request`) to be served at all.
+fn displaced(lease: &LeaseView, uid: &str) -> bool {
+    let next = lease.next.as_ref().is_some_and(|n| n.uid == uid);
+    let holder = lease.holder.as_ref().is_some_and(|h| h.uid.as_deref() == Some(uid));
+    !(next || holder)
+}
+
+/// A standing claim's request that arrived by its lock's Lease (issue 12,
+/// [`lease_arrival`]) instead of by `spec.request`.
+#[derive(Clone, Debug)]
+enum LeaseArrived {
+    /// It named itself as the next-holder hint at `time` (wall clock: the `spec.requestTime`
+    /// of a re-arrival by the claim, should it be displaced); the write returned Lease version
+    /// `rv`, from which the wait watches the Lease.
+    Hint { time: Timestamp, rv: String },
+    /// It took the free Lease: the Lease as that write returned it (the grant).
+    Took(Box<Lease>),
 }
 
 type SharedStanding = Arc<Mutex<StandingState>>;
@@ -244,6 +286,15 @@ pub(crate) struct StandingRef {
 }
 
 impl StandingRef {
+    /// The request UID of the claim's `spec.request` as last seen, when later requests arrived by
+    /// the Lease (the claim object shows an older request than the one made): its entry in the
+    /// Lease's released list is kept ([`released_after`]).
+    fn spec_request_uid(&self) -> Option<String> {
+        let st = lock_state(&self.shared);
+        let c = st.claim.as_ref().filter(|c| c.uid == self.object_uid && c.spec_request < c.request)?;
+        Some(request_uid(&c.uid, c.spec_request))
+    }
+
     /// The request is over (released, lost, or it failed): the next acquire may raise it.
     fn done(&self) {
         lock_state(&self.shared).in_use = false;
@@ -373,10 +424,15 @@ impl Holder {
 
     /// Joins the queue without waiting and returns a [`Ticket`] to wait on or to cancel (for
     /// callers that must react to signals while waiting). For a single-holder lock: the next
-    /// request of the standing claim (the first acquire creates it with `spec.request: 1` and
-    /// `spec.requestTime` now, a later one is one merge patch `spec.request + 1`, `requestTime`
-    /// now; a claim found deleted, 404, is created anew); otherwise (see [`Holder`]) a new
-    /// one-shot claim.
+    /// request r of the standing claim (the first acquire creates it with `spec.request: 1` and
+    /// `spec.requestTime` now; a later one, r one above both the holder's own count and
+    /// `spec.request`, arrives by the lock's Lease when `on_busy` is [`OnBusy::Wait`] and
+    /// [`lease_arrival`] allows it: one compare-and-swap that names it as the next-holder hint
+    /// (its wait re-arrives by the claim, `spec.request = r` with `spec.requestTime` the Lease
+    /// arrival's, should a later version of the Lease name it neither as hint nor as holder) or
+    /// takes the free Lease (the ticket is granted already); otherwise, or when that write fails,
+    /// one merge patch `spec.request = r`, `requestTime` now; a claim found deleted, 404, is
+    /// created anew); otherwise (see [`Holder`]) a new one-shot claim.
     ///
     /// # Errors
     /// [`HolderError::LockNotFound`], [`HolderError::InvalidTimings`], [`HolderError::Kube`].
@@ -436,6 +492,7 @@ impl Holder {
             claim_rv: claim.resource_version().unwrap_or_default(),
             request: None,
             standing: None,
+            arrived: None,
             lease_duration,
             timings,
             queued,
@@ -467,12 +524,36 @@ impl Holder {
         };
         let raised = match existing {
             Some(c) => {
-                // Taken before the patch is sent: no operator can grant request r + 1, nor start
+                let request = next_request(c.request, c.spec_request);
+                // A plain waiter (issue 12) arrives by the Lease when it can: one write, and the
+                // operator writes nothing for it.
+                if on_busy == OnBusy::Wait
+                    && !lock_state(&self.standing).lease_refused
+                    && let Some((arrived, queued)) = self.arrive_by_lease(&c.uid, request).await
+                {
+                    if let Some(s) = lock_state(&self.standing).claim.as_mut().filter(|s| s.uid == c.uid) {
+                        s.request = request;
+                    }
+                    return Ok(Some(Ticket {
+                        holder: self.clone(),
+                        claims: claims.clone(),
+                        claim_name: c.name.clone(),
+                        claim_uid: c.uid.clone(),
+                        claim_rv: c.claim_rv.clone(),
+                        request: Some(request),
+                        standing: Some(StandingRef { object_uid: c.uid.clone(), shared: self.standing.clone() }),
+                        arrived: Some(arrived),
+                        lease_duration,
+                        timings,
+                        queued,
+                    }));
+                }
+                // Taken before the patch is sent: no operator can grant the request, nor start
                 // its expiry clock, before the patch lands.
                 let queued = Instant::now();
                 let body = serde_json::json!({
                     "metadata": { "uid": c.uid },
-                    "spec": { "request": c.request + 1, "requestTime": MicroTime(Timestamp::now()) },
+                    "spec": { "request": request, "requestTime": MicroTime(Timestamp::now()) },
                 });
                 match claims.patch(&c.name, &PatchParams::default(), &Patch::Merge(&body)).await {
                     Ok(claim) => Some((claim, queued)),
@@ -523,7 +604,14 @@ impl Holder {
             }
             return Ok(Some(self.one_shot_ticket(claims, &claim, (lease_duration, timings), queued)));
         };
-        let standing = Standing { name: claim.name_any(), uid: claim.uid().unwrap_or_default(), request, on_busy };
+        let standing = Standing {
+            name: claim.name_any(),
+            uid: claim.uid().unwrap_or_default(),
+            request,
+            spec_request: request,
+            claim_rv: claim.resource_version().unwrap_or_default(),
+            on_busy,
+        };
         {
             let mut st = lock_state(&self.standing);
             st.claim = Some(standing.clone());
@@ -537,10 +625,107 @@ impl Holder {
             claim_rv: claim.resource_version().unwrap_or_default(),
             request: Some(standing.request),
             standing: Some(StandingRef { object_uid: standing.uid, shared: self.standing.clone() }),
+            arrived: None,
             lease_duration,
             timings,
             queued,
         }))
+    }
+
+    /// The arrival of request `request` of standing claim `object_uid` by the lock's Lease
+    /// (issue 12, `docs/two-writes-per-grant.md`, "The arrival writes the hint"): reads the Lease
+    /// and, when [`lease_arrival`] allows it, one compare-and-swap PUT (the resourceVersion read)
+    /// that names the request as the next-holder hint (the holder's release hands over to it) or,
+    /// on a free Lease, takes it (the grant, written by the waiter). Returns how it arrived and
+    /// when the write was sent (this process's monotonic clock); `None` when it must arrive by
+    /// its claim instead: no such arrival allowed, the Lease missing, or the read or the write
+    /// failed (409 or any other error).
+    async fn arrive_by_lease(&self, object_uid: &str, request: i64) -> Option<(LeaseArrived, Instant)> {
+        let leases: Api<Lease> = Api::namespaced(self.client.clone(), &self.namespace);
+        let mut lease = match leases.get_opt(&self.lock).await {
+            Ok(l) => l?,
+            Err(e) => {
+                tracing::debug!(error = %e, "reading the Lease for an arrival failed: arriving by the claim");
+                return None;
+            }
+        };
+        let uid = request_uid(object_uid, request);
+        let arrival = lease_arrival(&crate::lease::view(&lease), &self.identity, &uid)?;
+        let time = Timestamp::now();
+        match &arrival {
+            LeaseArrival::Hint(next) => crate::lease::put_next(&mut lease, Some(next)),
+            LeaseArrival::Take(token) => take(&mut lease, &self.identity, &uid, *token, time),
+        }
+        // Taken before the write is sent: nothing can grant the request (nor start an expiry
+        // clock for it) before the write lands.
+        let queued = Instant::now();
+        match leases.replace(&self.lock, &PostParams::default(), &lease).await {
+            Ok(written) => Some((
+                match arrival {
+                    LeaseArrival::Hint(_) => {
+                        LeaseArrived::Hint { time, rv: written.resource_version().unwrap_or_default() }
+                    }
+                    LeaseArrival::Take(_) => LeaseArrived::Took(Box::new(written)),
+                },
+                queued,
+            )),
+            Err(e) => {
+                tracing::debug!(error = %e, "the arrival by the Lease failed: arriving by the claim");
+                if is_forbidden(&e) {
+                    lock_state(&self.standing).lease_refused = true;
+                }
+                None
+            }
+        }
+    }
+
+    /// Re-arrival of request `request` of standing claim `name` (`object_uid`) by the claim,
+    /// after its arrival by the Lease at `time` was displaced ([`displaced`]): one merge patch
+    /// `spec.request = request`, `spec.requestTime = time` (the Lease arrival's, so it keeps its
+    /// place in the queue). UID precondition: a claim deleted or replaced meanwhile is
+    /// [`HolderError::ClaimDeleted`].
+    async fn rearrive(
+        &self,
+        claims: &Api<DistributedLockClaim>,
+        name: &str,
+        arrival: &HintWait,
+    ) -> Result<(), HolderError> {
+        let body = serde_json::json!({
+            "metadata": { "uid": arrival.object_uid },
+            "spec": { "request": arrival.request, "requestTime": MicroTime(arrival.time) },
+        });
+        match claims.patch(name, &PatchParams::default(), &Patch::Merge(&body)).await {
+            Ok(c) => {
+                tracing::debug!(
+                    claim = name,
+                    request = arrival.request,
+                    "displaced from the Lease: arrived by the claim"
+                );
+                let mut st = lock_state(&self.standing);
+                if let Some(s) = st.claim.as_mut().filter(|s| s.uid == arrival.object_uid) {
+                    s.spec_request = s.spec_request.max(c.spec.request.unwrap_or(arrival.request));
+                    s.claim_rv = c.resource_version().unwrap_or_default();
+                }
+                Ok(())
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Err(HolderError::ClaimDeleted(name.into())),
+            Err(e) => {
+                Err(HolderError::Kube { op: "arrive by the standing claim after a displaced Lease arrival", source: e })
+            }
+        }
+    }
+
+    /// A watch of the lock's own Lease (by name) from version `rv`; `None` when it cannot start.
+    async fn watch_lease(&self, rv: &str) -> Option<LeaseWatch> {
+        let leases: Api<Lease> = Api::namespaced(self.client.clone(), &self.namespace);
+        let by_lock = WatchParams::default().fields(&format!("metadata.name={}", self.lock));
+        match leases.watch(&by_lock, rv).await {
+            Ok(s) => Some(s.boxed()),
+            Err(e) => {
+                tracing::debug!(error = %e, "no Lease watch");
+                None
+            }
+        }
     }
 
     /// Waits for claim `name` (UID `uid`) to be granted; returns its token, its slot, the name of
@@ -574,6 +759,7 @@ impl Holder {
         uid: &str,
         request: Option<i64>,
         created_rv: &str,
+        hint: Option<HintWait>,
     ) -> Result<(Granted, Option<LeaseWatch>), HolderError> {
         use futures::future::ready;
         // The claim: one WATCH from the version its create returned (every change after the
@@ -608,16 +794,19 @@ impl Holder {
         // semaphore's other slots. By name, not by the label every slot's Lease has: a label
         // selector made the API server match every Lease change against every waiter's watch
         // (the closed-loop throughput fell by a sixth with 2,000 waiters, README "Performance").
+        //
+        // A request that arrived by the Lease as its hint (issue 12) watches from the version its
+        // write returned, and while it is only there (`hint`), a version that no longer names it
+        // ([`displaced`]), the Lease's deletion or a watch that cannot go on makes it arrive by
+        // its claim ([`Holder::rearrive`]): it must never be lost.
         let leases: Api<Lease> = Api::namespaced(self.client.clone(), &self.namespace);
-        let by_lock = WatchParams::default().fields(&format!("metadata.name={}", self.lock));
-        let mut lease_events = match leases.watch(&by_lock, "0").await {
-            Ok(s) => Some(s.boxed()),
-            Err(e) => {
-                // 403: a holder role without list/watch on Leases (from before 2026-12-03).
-                tracing::debug!(error = %e, "no Lease watch: waiting on the claim only");
-                None
-            }
-        };
+        let mut last_rv = hint.as_ref().map_or_else(|| "0".to_string(), |h| h.rv.clone());
+        // 403: a holder role without list/watch on Leases (from before 2026-12-03).
+        let mut lease_events = self.watch_lease(&last_rv).await;
+        let mut hint = hint;
+        if let Some(h) = hint.take_if(|_| lease_events.is_none()) {
+            self.rearrive(claims, name, &h).await?;
+        }
         loop {
             let next_lease = async {
                 match lease_events.as_mut() {
@@ -631,22 +820,38 @@ impl Holder {
                     None => return Err(HolderError::Rejected("claim watch ended".into())),
                 },
                 ev = next_lease => {
-                    match ev {
+                    let displaced_now = match ev {
                         Some(Ok(WatchEvent::Added(l) | WatchEvent::Modified(l))) => {
                             if let Some(grant) = grant_in(&l, &self.lock, &self.identity, uid) {
                                 return Ok((grant, lease_events));
                             }
+                            last_rv = l.resource_version().unwrap_or_default();
+                            displaced(&crate::lease::view(&l), uid)
                         }
-                        Some(Ok(WatchEvent::Deleted(_) | WatchEvent::Bookmark(_))) => {}
+                        Some(Ok(WatchEvent::Deleted(_))) => true,
+                        Some(Ok(WatchEvent::Bookmark(_))) => false,
                         Some(Ok(WatchEvent::Error(e))) => {
                             tracing::debug!(error = %e, "Lease watch ended: waiting on the claim only");
                             lease_events = None;
+                            true
                         }
                         Some(Err(e)) => {
                             tracing::debug!(error = %e, "Lease watch failed: waiting on the claim only");
                             lease_events = None;
+                            true
                         }
-                        None => lease_events = None,
+                        None => {
+                            // The server ended the watch (its timeout): a request known only to
+                            // the Lease goes on watching from the last version seen.
+                            lease_events = match &hint {
+                                Some(_) => self.watch_lease(&last_rv).await,
+                                None => None,
+                            };
+                            lease_events.is_none()
+                        }
+                    };
+                    if let Some(h) = hint.take_if(|_| displaced_now) {
+                        self.rearrive(claims, name, &h).await?;
                     }
                     continue;
                 }
@@ -721,6 +926,29 @@ fn grant_in(lease: &Lease, lock: &str, identity: &str, claim_uid: &str) -> Optio
     Some((token, slot, name, Some(Known::Object(Box::new(lease.clone())))))
 }
 
+/// What the wait for the grant needs to know of a request that arrived by the Lease as its
+/// next-holder hint ([`LeaseArrived::Hint`]) to re-arrive by its claim when displaced.
+#[derive(Clone, Debug)]
+struct HintWait {
+    /// The claim object's `metadata.uid`.
+    object_uid: String,
+    /// The request.
+    request: i64,
+    /// When it arrived by the Lease (its `spec.requestTime` should it arrive by the claim).
+    time: Timestamp,
+    /// The Lease version its hint write returned.
+    rv: String,
+}
+
+/// A standing claim's arrival on a free Lease ([`LeaseArrival::Take`]), in memory: `identity`
+/// holds it under request UID `uid` with `token` (`acquireTime` and `renewTime` `now`,
+/// `leaseTransitions` + 1), as a release's handover to a hint writes it ([`hand_over`]);
+/// everything else (duration, floor, ceiling, the released list) stays.
+fn take(lease: &mut Lease, identity: &str, uid: &str, token: i64, now: Timestamp) {
+    crate::lease::put_next(lease, Some(&Next { identity: identity.into(), uid: uid.into(), token }));
+    hand_over(lease, now);
+}
+
 /// A grant as the wait found it: (fencing token, slot, Lease name, the Lease or its version).
 type Granted = (i64, u32, String, Option<Known>);
 
@@ -756,6 +984,8 @@ pub struct Ticket {
     request: Option<i64>,
     /// A standing claim's shared state; `None` for a one-shot claim.
     standing: Option<StandingRef>,
+    /// How a standing claim's request arrived by the Lease; `None`: by the claim.
+    arrived: Option<LeaseArrived>,
     lease_duration: Duration,
     timings: Resolved,
     /// When the claim's create (a standing claim: the patch that made this request) was sent
@@ -806,7 +1036,23 @@ impl Ticket {
     /// [`HolderError::NotHolder`], [`HolderError::Kube`].
     pub async fn wait(&self, timeout: Option<Duration>) -> Result<LockGuard, HolderError> {
         let grant_uid = self.grant_uid();
-        let wait = self.holder.wait_for_grant(&self.claims, &self.claim_name, &grant_uid, self.request, &self.claim_rv);
+        if let Some(LeaseArrived::Took(lease)) = &self.arrived {
+            // The arrival took the free Lease: held since that write was sent (`queued`).
+            let token = crate::lease::view(lease).token;
+            let watch = self.holder.watch_lease(&lease.resource_version().unwrap_or_default()).await;
+            let claim = (self.claim_name.clone(), grant_uid);
+            let lease = (self.holder.lock.clone(), Some(Known::Object(lease.clone())), watch);
+            let single = Single::Claim(self.standing.clone());
+            return LockGuard::start(&self.holder, claim, (token, 0), lease, self.timings, self.queued, single).await;
+        }
+        let hint = match (&self.arrived, self.request) {
+            (Some(LeaseArrived::Hint { time, rv }), Some(request)) => {
+                Some(HintWait { object_uid: self.claim_uid.clone(), request, time: *time, rv: rv.clone() })
+            }
+            _ => None,
+        };
+        let wait =
+            self.holder.wait_for_grant(&self.claims, &self.claim_name, &grant_uid, self.request, &self.claim_rv, hint);
         let ((token, slot, lease_name, known), lease_watch) = match timeout {
             Some(t) => tokio::time::timeout(t, wait)
                 .await
@@ -836,14 +1082,46 @@ impl Ticket {
             .unwrap_or_else(|| self.holder.lock.clone());
         let (identity, known) = (&self.holder.identity, &KnownLease::default());
         let grant_uid = self.grant_uid();
-        let released = self.request.map(|_| grant_uid.as_str());
+        let kept = self.standing.as_ref().and_then(|s| s.spec_request_uid());
+        let released = self.request.map(|_| (grant_uid.as_str(), kept.as_deref()));
         if let Err(e) = clear_holder(&leases, &lease_name, identity, &grant_uid, known, true, released).await {
             tracing::debug!(error = %e, "freeing the Lease on cancel failed (it expires)");
+        }
+        if matches!(self.arrived, Some(LeaseArrived::Hint { .. })) {
+            // A hint naming a request nobody waits for would have the release hand the lock to
+            // it (held by nobody until it expires).
+            clear_hint(&leases, &self.holder.lock, &grant_uid).await;
         }
         if let Some(s) = &self.standing {
             s.forget();
         }
         delete_claim(&self.claims, &self.claim_name, &self.claim_uid).await;
+    }
+}
+
+/// Removes the next-holder hint of Lease `lease_name` if it names request UID `uid`
+/// (compare-and-swap; a few tries after a 409). Best effort: a failure is logged (debug), and
+/// the operator replaces a hint that names no waiter.
+async fn clear_hint(leases: &Api<Lease>, lease_name: &str, uid: &str) {
+    for _ in 0..3 {
+        let mut lease = match leases.get_opt(lease_name).await {
+            Ok(Some(l)) => l,
+            Ok(None) => return,
+            Err(e) => {
+                tracing::debug!(error = %e, "reading the Lease to remove this request's hint failed");
+                return;
+            }
+        };
+        if crate::lease::next(&lease).is_none_or(|n| n.uid != uid) {
+            return;
+        }
+        crate::lease::put_next(&mut lease, None);
+        match leases.replace(lease_name, &PostParams::default(), &lease).await {
+            Err(kube::Error::Api(s)) if s.code == 409 => continue,
+            Err(e) => tracing::debug!(error = %e, "removing this request's hint failed"),
+            Ok(_) => {}
+        }
+        return;
     }
 }
 
@@ -1164,7 +1442,9 @@ async fn free(
         // No delete: the Lease write that ends the grant also lists the request as released,
         // so every version of the Lease that no longer names it says it was served (the
         // operator never grants a listed request, `lock::machine::step`).
-        let freed = clear_holder(leases, lease_name, identity, claim_uid, known, true, Some(claim_uid)).await;
+        let kept = s.spec_request_uid();
+        let released = Some((claim_uid, kept.as_deref()));
+        let freed = clear_holder(leases, lease_name, identity, claim_uid, known, true, released).await;
         if !matches!(freed, Ok(true)) {
             // Not listed as released (the Lease no longer named it, or the write failed): left
             // at this request, unrecorded if the hold was short, the claim would look like a
@@ -1314,7 +1594,7 @@ pub(crate) async fn clear_holder(
     claim_uid: &str,
     known: &KnownLease,
     may_hand_over: bool,
-    released: Option<&str>,
+    released: Option<(&str, Option<&str>)>,
 ) -> Result<bool, HolderError> {
     // One PUT when the Lease is as our last write (or the grant) left it (one PATCH when only the
     // grant's version is known: that clears, as the hint is not known); after a 409, from a fresh
@@ -1352,8 +1632,8 @@ pub(crate) async fn clear_holder(
         }
         let handing = crate::lease::next(&lease).is_some();
         hand_over(&mut lease, Timestamp::now());
-        if let Some(r) = released {
-            let list = released_after(&crate::lease::released(&lease), r);
+        if let Some((r, kept)) = released {
+            let list = released_after(&crate::lease::released(&lease), r, kept);
             crate::lease::put_released(&mut lease, &list);
         }
         match leases.replace(lease_name, &PostParams::default(), &lease).await {
@@ -1371,11 +1651,17 @@ pub(crate) async fn clear_holder(
 
 /// `released`, a Lease's `leasehold.dev/released` list, after the release of `request_uid` (a
 /// standing claim's request UID, [`request_uid`]): the same claim's older entries dropped (its
-/// request only grows, so they can no longer matter), this one appended; other claims' entries
-/// kept in their order.
-pub(crate) fn released_after(released: &[String], request_uid: &str) -> Vec<String> {
+/// request only grows, so they can no longer matter), except `kept` if it is listed (the request
+/// the claim's `spec.request` still shows, when later requests arrived by the Lease: an operator
+/// that reads a claim's request from its spec alone must still find it released), this one
+/// appended; other claims' entries kept in their order.
+pub(crate) fn released_after(released: &[String], request_uid: &str, kept: Option<&str>) -> Vec<String> {
     let object = split_request_uid(request_uid).0;
-    let mut list: Vec<String> = released.iter().filter(|e| split_request_uid(e).0 != object).cloned().collect();
+    let mut list: Vec<String> = released
+        .iter()
+        .filter(|e| split_request_uid(e).0 != object || (Some(e.as_str()) == kept && e.as_str() != request_uid))
+        .cloned()
+        .collect();
     list.push(request_uid.to_string());
     list
 }
@@ -1514,14 +1800,21 @@ mod tests {
     }
 
     /// A standing claim's release lists its request as released, drops the same claim's older
-    /// requests (its request only grows) and keeps every other claim's entries in order.
+    /// requests (its request only grows) but the one its `spec.request` still shows, and keeps
+    /// every other claim's entries in order.
     #[test]
     fn a_release_lists_its_request_and_drops_only_its_own_claims_older_requests() {
         let list = |v: &[&str]| v.iter().map(|e| e.to_string()).collect::<Vec<_>>();
-        assert_eq!(released_after(&[], "c1/1"), list(&["c1/1"]));
-        assert_eq!(released_after(&list(&["c2/4", "c1/1", "c3/9"]), "c1/2"), list(&["c2/4", "c3/9", "c1/2"]));
+        assert_eq!(released_after(&[], "c1/1", None), list(&["c1/1"]));
+        assert_eq!(released_after(&list(&["c2/4", "c1/1", "c3/9"]), "c1/2", None), list(&["c2/4", "c3/9", "c1/2"]));
         // A prefix of another claim's UID is another claim.
-        assert_eq!(released_after(&list(&["c1x/1"]), "c1/2"), list(&["c1x/1", "c1/2"]));
+        assert_eq!(released_after(&list(&["c1x/1"]), "c1/2", None), list(&["c1x/1", "c1/2"]));
+        // Requests 2 and 3 arrived by the Lease: spec.request still shows 1, whose entry stays
+        // (only if listed: the chart's Lease policy lets a release add nothing but its request).
+        assert_eq!(released_after(&list(&["c1/1"]), "c1/2", Some("c1/1")), list(&["c1/1", "c1/2"]));
+        assert_eq!(released_after(&list(&["c1/1", "c1/2"]), "c1/3", Some("c1/1")), list(&["c1/1", "c1/3"]));
+        assert_eq!(released_after(&list(&["c2/4"]), "c1/3", Some("c1/1")), list(&["c2/4", "c1/3"]));
+        assert_eq!(released_after(&list(&["c1/3"]), "c1/3", Some("c1/3")), list(&["c1/3"]));
     }
 
     /// The Lease write of a standing claim's release names its request as released, whether it
@@ -1534,6 +1827,71 @@ mod tests {
         assert_eq!(grant_in(&l, "db", "me", &r2).map(|g| g.0), Some(7));
         assert_eq!(grant_in(&l, "db", "me", "c1"), None);
         assert_eq!(grant_in(&l, "db", "me", &request_uid("c1", 1)), None);
+    }
+
+    /// Issue 12: an arrival by the Lease raises only the library's own request count, so the
+    /// next request is one above the higher of that count and `spec.request` as last seen.
+    #[test]
+    fn the_next_request_is_above_both_the_local_count_and_spec_request() {
+        assert_eq!(next_request(1, 1), 2);
+        // Requests 2 and 3 arrived by the Lease; spec.request stayed at 1.
+        assert_eq!(next_request(3, 1), 4);
+        // A re-arrival by the claim (or anything else) raised spec.request past the count.
+        assert_eq!(next_request(3, 5), 6);
+        assert_eq!(next_request(i64::MAX, 1), i64::MAX);
+    }
+
+    /// A request that arrived by the Lease as its hint is displaced once a version of the Lease
+    /// names it neither as next holder nor as holder.
+    #[test]
+    fn a_lease_arrival_is_displaced_when_the_lease_names_it_neither_as_next_nor_as_holder() {
+        let me = request_uid("c1", 2);
+        let hint = |uid: &str| Next { identity: "x".into(), uid: uid.into(), token: 8 };
+        let held_by =
+            |uid: &str| crate::lock::grant::Holder { name: "h".into(), uid: Some(uid.into()), kind: HolderKind::Claim };
+        let base = LeaseView { trusted: true, token: 7, holder: Some(held_by("other")), ..LeaseView::default() };
+        // Hinted: waiting as it should.
+        assert!(!displaced(&LeaseView { next: Some(hint(&me)), ..base.clone() }, &me));
+        // Handed over to it (the grant_in check comes first, but it is not displaced either).
+        assert!(!displaced(&LeaseView { holder: Some(held_by(&me)), ..base.clone() }, &me));
+        // The operator hinted an older waiter; or the same claim's older request; or nobody.
+        assert!(displaced(&LeaseView { next: Some(hint("c0/1")), ..base.clone() }, &me));
+        assert!(displaced(&LeaseView { next: Some(hint(&request_uid("c1", 1))), ..base.clone() }, &me));
+        assert!(displaced(&base, &me));
+        // Freed without a handover, or a recreated Lease.
+        assert!(displaced(&LeaseView { holder: None, ..base.clone() }, &me));
+        assert!(displaced(&LeaseView::default(), &me));
+    }
+
+    /// An arrival on a free Lease writes the grant the operator would: holder, request UID, kind
+    /// Claim, token, times, one more transition; duration, floor, ceiling and the released list
+    /// stay.
+    #[test]
+    fn an_arrival_on_a_free_lease_takes_it_and_keeps_everything_else() {
+        use crate::lock::{RELEASED_ANNOTATION, TOKEN_CEILING_ANNOTATION, TOKEN_FLOOR_ANNOTATION};
+        let now = Timestamp::from_second(1_700_000_000).unwrap();
+        let mut l: Lease = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "db", "resourceVersion": "42", "annotations": {
+                TOKEN_ANNOTATION: "7", TOKEN_FLOOR_ANNOTATION: "0", TOKEN_CEILING_ANNOTATION: "100",
+                RELEASED_ANNOTATION: "c1/1,c2/3"}},
+            "spec": {"leaseDurationSeconds": 15, "leaseTransitions": 4}
+        }))
+        .unwrap();
+        let me = request_uid("c1", 2);
+        let Some(LeaseArrival::Take(token)) = lease_arrival(&crate::lease::view(&l), "me", &me) else {
+            panic!("a free Lease with a ceiling is taken")
+        };
+        assert_eq!(token, 8);
+        take(&mut l, "me", &me, token, now);
+        assert_eq!(grant_in(&l, "db", "me", &me).map(|g| g.0), Some(8));
+        let v = crate::lease::view(&l);
+        assert_eq!(v.holder.map(|h| h.kind), Some(HolderKind::Claim));
+        assert_eq!((v.floor, v.ceiling, v.next, v.trusted), (0, Some(100), None, true));
+        assert_eq!(v.released, ["c1/1", "c2/3"]);
+        let spec = l.spec.as_ref().unwrap();
+        assert_eq!((spec.lease_duration_seconds, spec.lease_transitions), (Some(15), Some(5)));
+        assert_eq!((spec.acquire_time.clone(), spec.renew_time.clone()), (Some(MicroTime(now)), Some(MicroTime(now))));
+        assert_eq!(l.metadata.resource_version.as_deref(), Some("42"), "a compare-and-swap on the version read");
     }
 
     #[test]

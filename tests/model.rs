@@ -30,6 +30,14 @@
 //!   there is one: issue 12),
 //!   gives up `renewDeadline` after the start of its last successful renewal, can be paused
 //!   (SIGSTOP) past its deadline, can have its claim deleted under it; a per-claim busy policy.
+//!   A standing claim (issue 12) asks again by raising `spec.request`, or, a plain waiter, by the
+//!   Lease (`grant::lease_arrival`): one compare-and-swap naming its next request as the
+//!   next-holder hint of a claim-held Lease, or taking a free Lease, with the Lease's next token
+//!   up to its `leasehold.dev/token-ceiling` (which every operator Lease write of a single-holder
+//!   lock sets from the reservation in its view); a process the Lease no longer names (its hint
+//!   replaced, the Lease deleted) arrives again by its claim. The operator reads a standing
+//!   claim's request as the highest its spec, its status or the Lease names
+//!   (`grant::current_request`).
 //! - **Third parties**: the Lease deleted, or edited to name a waiter with a plausible UID and
 //!   token; the lock deleted and recreated with the same name (new UID, empty status), its old
 //!   Lease left until the garbage collector removes it (the operator does not touch a Lease
@@ -131,6 +139,8 @@ const HINT_HANDOVER: &str = "a claim holder's release hands the lock to the next
 const RECORD_LATER: &str = "a claim holds by its Lease while its status record waits (claim_record_delay)";
 const RELEASE_UNRECORDED: &str = "a claim releases before its grant is recorded in its status";
 const SECOND_REQUEST: &str = "a standing claim's second request is granted (issue 12)";
+const LEASE_ARRIVAL: &str = "a request that arrived by the Lease is granted (issue 12)";
+const REARRIVAL: &str = "a waiter displaced from the Lease arrives again by its claim";
 const POD_NAMES: [&str; 3] = ["pod-a", "pod-b", "pod-c"];
 const CLAIM_NAMES: [&str; 2] = ["claim-x", "claim-y"];
 
@@ -183,6 +193,22 @@ enum Bug {
     /// request in `leasehold.dev/released` (issue 12, `docs/two-writes-per-grant.md`): the claim
     /// still shows the request, unrecorded, and the operator grants it again.
     ReleaseWithoutRecord,
+    /// A waiter that arrives by the Lease ([`Action::ClaimArrivesByLease`]) takes the next token
+    /// whatever `leasehold.dev/token-ceiling` says: a token above the lock's reservation (I2).
+    ArrivalAboveCeiling,
+    /// A waiter that arrives by the Lease takes the Lease's token + 1, ignoring
+    /// `leasehold.dev/token-floor`: on a recreated Lease (token 0, floor the reservation) it
+    /// repeats a token handed out under the deleted one (I2).
+    ArrivalIgnoresFloor,
+    /// A waiter whose Lease arrival the operator displaced (its hint replaced by an older
+    /// waiter's) never arrives again by its claim ([`Action::ClaimReArrives`]): nobody knows it
+    /// waits (I4).
+    NoReArrival,
+    /// The operator's Lease writes keep `leasehold.dev/released` by candidates that include the
+    /// requests known only from the Lease (`grant::keep_released` over the bumped candidates): a
+    /// displaced Lease arrival drops its claim's entry for the request it released, which then
+    /// looks like a waiter again and is granted a second time (I3).
+    KeepByLeaseRequests,
 }
 
 /// A waiter's `leasehold.dev/on-busy` and `leasehold.dev/max-wait` (claims: `spec.onBusy`,
@@ -253,6 +279,20 @@ struct Config {
     /// answer, by raising `spec.request` ([`Action::ClaimRequestsAgain`]); each request's
     /// candidate UID is `grant::request_uid(uid, request)`.
     requests: u8,
+    /// A standing claim's process that waits (plain wait) may arrive by the Lease
+    /// ([`Action::ClaimArrivesByLease`], `grant::lease_arrival`) instead of by its claim.
+    lease_arrivals: bool,
+    /// The lock's `status.tokenCeiling` at the start (the reservation made by its first
+    /// reconcile: one block, 1000).
+    initial_ceiling: i64,
+    /// Start on a Lease recreated free after a deletion (token 0, floor the reservation) once
+    /// token 5 was handed out under the deleted one, each claim's first request answered (its
+    /// process done with it): for the planted [`Bug::ArrivalIgnoresFloor`].
+    recreated_lease: bool,
+    /// Start where a standing claim's handover just happened: claim-y holds its first request
+    /// (token 1, recorded), claim-x released its first (listed in `leasehold.dev/released`,
+    /// unrecorded in its status) and its process is done with it.
+    start_claim_held: bool,
     /// Per pod slot and per claim: its busy policy.
     pod_policy: [Policy; 3],
     claim_policy: [Policy; 2],
@@ -283,6 +323,10 @@ impl Config {
         record_delay_secs: 0,
         unseen_old_pod: false,
         requests: 1,
+        lease_arrivals: false,
+        initial_ceiling: 1000,
+        recreated_lease: false,
+        start_claim_held: false,
         pod_policy: [Policy::WAIT; 3],
         claim_policy: [Policy::WAIT; 2],
         bug: None,
@@ -318,6 +362,9 @@ struct LeaseObj {
     next: Option<(String, String, i64)>,
     /// `leasehold.dev/released`: request UIDs of standing claims their holders released.
     released: Vec<String>,
+    /// `leasehold.dev/token-ceiling`: the lock's reservation as the operator that last wrote
+    /// the Lease knew it (single-holder locks only; `None` on a semaphore's Leases).
+    ceiling: Option<i64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -486,7 +533,16 @@ const RECORD_WAITED: u16 = 128;
 const RELEASED_UNRECORDED: u16 = 256;
 /// A standing claim's process learned the grant of its second request.
 const REQUESTED_AGAIN: u16 = 512;
+/// A request that arrived by the Lease was handed the lock (by a release to its hint, or by the
+/// operator's grant), or took the free Lease itself.
+const GRANTED_BY_LEASE_ARRIVAL: u16 = 1024;
+/// A process displaced from the Lease arrived again by its claim.
+const ARRIVED_AGAIN: u16 = 2048;
 const REJECTED_THEN_GRANTED: &str = "I3: a rejected waiter was granted";
+
+/// The annotations an operator's Lease write sets beside the holder: the next-holder hint,
+/// `leasehold.dev/released` and `leasehold.dev/token-ceiling`.
+type Annotations<'a> = (Option<&'a Next>, Vec<String>, Option<i64>);
 
 /// A kind the operator watches: each kind's cache lags on its own (its own watch).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -541,6 +597,17 @@ enum Action {
     /// A standing claim's process, done with its request (released, lost or given up), asks
     /// again: one merge patch of its claim raising `spec.request` (and `spec.requestTime`).
     ClaimRequestsAgain(usize),
+    /// A standing claim's process, done with its request, asks again by the Lease instead
+    /// (`grant::lease_arrival`, issue 12, "The arrival writes the hint"): one compare-and-swap
+    /// that names its next request as the next-holder hint (the lock held, no hint) or takes the
+    /// free Lease as holder, with the Lease's next token, only up to its
+    /// `leasehold.dev/token-ceiling`. Its claim's `spec.request` stays where it was.
+    ClaimArrivesByLease(usize),
+    /// A process whose request is above its claim's `spec.request` (it arrived by the Lease) and
+    /// that the Lease no longer names (the operator replaced its hint, the Lease was deleted)
+    /// arrives again by its claim: one merge patch setting `spec.request` to that request and
+    /// `spec.requestTime` to when it first arrived.
+    ClaimReArrives(usize),
     /// A third party deletes slot `n`'s Lease.
     LeaseDeleted(usize),
     /// A third party edits the Lease to name waiting pod `n` with a plausible token.
@@ -606,11 +673,12 @@ impl LockModel {
             owner: 0,
             next: None,
             released: vec![],
+            ceiling: self.cfg.max_holders.is_none().then_some(self.cfg.initial_ceiling),
         };
         let lock = LockObj {
             rv: 1,
             uid: 0,
-            ceiling: 1000,
+            ceiling: self.cfg.initial_ceiling,
             highest: 0,
             max_holders: self.cfg.max_holders,
             slot_tokens: vec![],
@@ -642,6 +710,7 @@ impl LockModel {
                 owner: 0,
                 next: None,
                 released: vec![],
+                ceiling: self.cfg.max_holders.is_none().then_some(self.cfg.initial_ceiling),
             });
             api.lock.highest = token;
             if self.cfg.max_holders.is_some() {
@@ -649,6 +718,29 @@ impl LockModel {
                 api.lock.slot_tokens[k] = token;
             }
             handed.push((0, k as u8, token));
+        }
+        let mut procs = vec![ClaimProc::default(); self.cfg.claims];
+        if self.cfg.recreated_lease {
+            let l = api.leases[0].as_mut().unwrap();
+            (l.token, l.floor) = (0, Some(self.cfg.initial_ceiling));
+            api.lock.highest = 5;
+            handed.push((0, 0, 5));
+            for (c, p) in api.claims.iter_mut().flatten().zip(&mut procs) {
+                c.rejected = true;
+                (p.request, p.done) = (1, true);
+            }
+        }
+        if self.cfg.start_claim_held {
+            let y = api.claims[1].as_mut().unwrap();
+            y.token = Some(1);
+            let l = api.leases[0].as_mut().unwrap();
+            (l.holder, l.token, l.renew) =
+                (Some((CLAIM_NAMES[1].into(), grant::request_uid(&y.uid, 1), HolderKind::Claim)), 1, Some(1));
+            l.released = vec![grant::request_uid(&api.claims[0].as_ref().unwrap().uid, 1)];
+            api.lock.highest = 1;
+            handed.push((0, 0, 1));
+            (procs[0].request, procs[0].done, procs[0].finished) = (1, true, 1);
+            (procs[1].request, procs[1].done, procs[1].holding, procs[1].handed) = (1, true, Some(1), Some(1));
         }
         let mut cache = api.clone();
         if self.cfg.unseen_old_pod {
@@ -661,7 +753,7 @@ impl LockModel {
             next_rv: 2,
             api,
             ops: vec![op; self.cfg.operators],
-            procs: vec![ClaimProc::default(); self.cfg.claims],
+            procs,
             handed,
             max_changed: false,
             reservations: vec![],
@@ -682,10 +774,41 @@ fn claim_uid(object: &str, request: u8, standing: bool) -> String {
     if standing { grant::request_uid(object, request.into()) } else { object.to_string() }
 }
 
+/// The request standing claim `c` is at, as `grant::current_request` reads it from its spec, its
+/// status and (if given) the Lease.
+fn effective_request(c: &ClaimObj, lease: Option<&LeaseView>) -> u8 {
+    let r = grant::current_request(c.request.into(), Some(c.status_request.into()), lease, &c.uid);
+    u8::try_from(r).unwrap()
+}
+
 /// What the operator's conversion functions (`candidate_of_pod`, `candidate_of_claim`,
 /// `lease::view`) make of the modelled objects.
 fn snapshot(view: &View, fresh_reservation: Option<i64>, cfg: &Config) -> Snapshot {
+    snapshot_of(view, fresh_reservation, cfg, true)
+}
+
+/// [`snapshot`]; `by_lease` false: a standing claim's request as its claim object alone says
+/// (`max(spec.request, status.request)`), what `grant::keep_released` is given.
+fn snapshot_of(view: &View, fresh_reservation: Option<i64>, cfg: &Config, by_lease: bool) -> Snapshot {
     let ts = |s: i64| Timestamp::from_second(1_700_000_000 + s).unwrap();
+    let lease_view = |l: &LeaseObj| LeaseView {
+        holder: l.holder.as_ref().map(|(name, uid, kind)| Holder {
+            name: name.clone(),
+            uid: Some(uid.clone()),
+            kind: *kind,
+        }),
+        token: l.token,
+        floor: l.floor.unwrap_or(0),
+        trusted: l.floor.is_some() && (l.holder.is_none() || l.token > 0),
+        released: l.released.clone(),
+        next: l.next.as_ref().map(|(identity, uid, token)| Next {
+            identity: identity.clone(),
+            uid: uid.clone(),
+            token: *token,
+        }),
+        ceiling: l.ceiling,
+    };
+    let lease0 = view.leases[0].as_ref().map(lease_view);
     let still_waits = cfg.bug == Some(Bug::RejectedStillWaits);
     let policy = |p: Policy| {
         let on_busy = if p.skip { BusyPolicy::Skip } else { BusyPolicy::Wait };
@@ -729,11 +852,16 @@ fn snapshot(view: &View, fresh_reservation: Option<i64>, cfg: &Config) -> Snapsh
     for (i, c) in view.claims.iter().enumerate() {
         let Some(c) = c else { continue };
         let (on_busy, max_wait) = policy(cfg.claim_policy[i]);
-        // `candidate_of_claim`: the status counts for the request it is about; Rejected wins
-        // over a token.
-        let current = c.status_request == c.request;
+        // `candidate_of_claim`: a standing claim is at the highest request its spec, its status
+        // or the Lease names (`grant::current_request`); one known only from the Lease queues
+        // last (`grant::LEASE_ARRIVAL_QUEUED`). The status counts for the request it is about;
+        // Rejected wins over a token.
+        let by_lease = by_lease || cfg.bug == Some(Bug::KeepByLeaseRequests);
+        let request = effective_request(c, lease0.as_ref().filter(|_| by_lease && cfg.requests > 1));
+        let lease_only = request > c.request.max(c.status_request);
+        let current = c.status_request == request;
         let (rejected, token, slot) = if current { (c.rejected, c.token, c.slot) } else { (false, None, 0) };
-        let c = &ClaimObj { rejected, token, slot, ..c.clone() };
+        let c = &ClaimObj { rejected, token, slot, request, ..c.clone() };
         let phase = match (c.rejected, c.token) {
             (true, None) if still_waits => Phase::Pending,
             (true, _) => Phase::Failed,
@@ -748,7 +876,7 @@ fn snapshot(view: &View, fresh_reservation: Option<i64>, cfg: &Config) -> Snapsh
             identity: CLAIM_NAMES[i].into(),
             uid: claim_uid(&c.uid, c.request, cfg.requests > 1),
             resource_version: c.rv.to_string(),
-            created: ts(c.requested_at),
+            created: if lease_only { grant::LEASE_ARRIVAL_QUEUED } else { ts(c.requested_at) },
             gated: c.token.is_none(),
             node_name: None,
             node_lost: false,
@@ -762,26 +890,10 @@ fn snapshot(view: &View, fresh_reservation: Option<i64>, cfg: &Config) -> Snapsh
             multi: None,
         });
     }
-    let lease_view = |l: &LeaseObj| LeaseView {
-        holder: l.holder.as_ref().map(|(name, uid, kind)| Holder {
-            name: name.clone(),
-            uid: Some(uid.clone()),
-            kind: *kind,
-        }),
-        token: l.token,
-        floor: l.floor.unwrap_or(0),
-        trusted: l.floor.is_some() && (l.holder.is_none() || l.token > 0),
-        released: l.released.clone(),
-        next: l.next.as_ref().map(|(identity, uid, token)| Next {
-            identity: identity.clone(),
-            uid: uid.clone(),
-            token: *token,
-        }),
-    };
     let marker = |l: &Option<LeaseObj>| l.as_ref().and_then(|l| l.renew).map(|r| r.to_string());
     Snapshot {
         settings: cfg.settings(),
-        lease: view.leases[0].as_ref().map(lease_view),
+        lease: lease0,
         renew_marker: marker(&view.leases[0]),
         extra_slots: view.leases[1..]
             .iter()
@@ -854,7 +966,7 @@ impl World {
         holder: Option<&Grant>,
         floor: Option<i64>,
         owner: u8,
-        (next, released): (Option<&Next>, Vec<String>),
+        (next, released, written_ceiling): Annotations,
     ) -> LeaseObj {
         if let Some(g) = holder {
             self.check_unfinished(&g.uid);
@@ -864,6 +976,9 @@ impl World {
         let ceiling = self.ceiling_of(owner);
         if token > ceiling || floor.is_some_and(|f| f > ceiling) {
             self.broken.get_or_insert("I2: the Lease was written above the reservation");
+        }
+        if written_ceiling.is_some_and(|c| c > ceiling) {
+            self.broken.get_or_insert("I2: the Lease's token-ceiling is above the reservation");
         }
         // The next grant's token is above the Lease's token and its floor (`fencing::next_token`):
         // a Lease recreated above a fresh reservation may name an adopted holder with an older
@@ -881,6 +996,7 @@ impl World {
             owner,
             next: next.map(|n| (n.identity.clone(), n.uid.clone(), n.token)),
             released,
+            ceiling: written_ceiling,
         };
         self.api.leases[slot] = Some(lease.clone());
         lease
@@ -905,6 +1021,40 @@ impl World {
         for p in &mut self.procs {
             p.finished = 0;
         }
+    }
+
+    /// What claim `i`'s process may write when it arrives by the Lease with its next request
+    /// (`grant::lease_arrival` on the lock's Lease as the API server has it: the
+    /// compare-and-swap reads it). Only a plain waiter (wait, no max-wait) of a standing claim.
+    fn lease_arrival(&self, i: usize, cfg: &Config) -> Option<grant::LeaseArrival> {
+        let policy = cfg.claim_policy[i];
+        if !self.standing || policy.skip || policy.max_wait.is_some() {
+            return None;
+        }
+        let mut view = snapshot(&self.api, None, cfg).lease?;
+        match cfg.bug {
+            Some(Bug::ArrivalAboveCeiling) => view.ceiling = view.ceiling.map(|_| i64::MAX),
+            Some(Bug::ArrivalIgnoresFloor) => view.floor = 0,
+            _ => {}
+        }
+        let uid = claim_uid(&format!("{}-0", CLAIM_NAMES[i]), self.procs[i].req() + 1, true);
+        grant::lease_arrival(&view, CLAIM_NAMES[i], &uid)
+    }
+
+    /// Claim `i`'s process waits with a request above its claim's `spec.request` that the
+    /// Lease does not name (neither as holder nor as next-holder hint): it must arrive again by
+    /// its claim ([`Action::ClaimReArrives`]).
+    fn re_arrival_due(&self, i: usize, cfg: &Config) -> bool {
+        let p = &self.procs[i];
+        let me = self.proc_uid(i);
+        let named = self.api.leases[0].as_ref().is_some_and(|l| {
+            l.holder.as_ref().is_some_and(|h| h.1 == me) || l.next.as_ref().is_some_and(|n| n.1 == me)
+        });
+        cfg.bug != Some(Bug::NoReArrival)
+            && !p.done
+            && !p.paused
+            && !named
+            && self.api.claims[i].as_ref().is_some_and(|c| c.request < p.req())
     }
 
     /// Claim `i`'s candidate UID for the request its process works on.
@@ -976,7 +1126,7 @@ impl World {
             });
         // `leasehold.dev/released` as the operator's Lease writes keep it (`grant::keep_released`
         // over the candidates of its view).
-        let candidates = snapshot(&session.view, None, cfg).candidates;
+        let candidates = snapshot_of(&session.view, None, cfg, false).candidates;
         let keep =
             |l: &Option<LeaseObj>| grant::keep_released(l.as_ref().map_or(&[][..], |l| &l.released), &candidates);
         if unrecorded_holder
@@ -987,6 +1137,9 @@ impl World {
         let slot = step.slot as usize;
         let mut view = session.view;
         let mut fresh = None;
+        // `leasehold.dev/token-ceiling`: the reservation in the step's view (after a Reserve, the
+        // fresh one), on a single-holder lock's Lease only.
+        let ceiling = |v: &View| v.lock.max_holders.is_none().then_some(v.lock.ceiling).filter(|c| *c > 0);
         let ok = match step.plan.decision {
             Decision::Reserve { from, to } => {
                 if self.api.lock.rv == view.lock.rv || bug == Some(Bug::ReserveWithoutPrecondition) {
@@ -1010,20 +1163,21 @@ impl World {
             Decision::CreateLease { holder, floor } => {
                 if self.api.leases[slot].is_none() {
                     let owner = view.lock.uid;
+                    let c = ceiling(&view);
                     view.leases[slot] =
-                        Some(self.write_lease(slot, None, holder.as_ref(), Some(floor), owner, (None, vec![])));
+                        Some(self.write_lease(slot, None, holder.as_ref(), Some(floor), owner, (None, vec![], c)));
                     true
                 } else {
                     false
                 }
             }
             Decision::UpdateLease { holder, floor, .. } => {
-                let keep = keep(&view.leases[slot]);
-                self.cas_lease(slot, &mut view, holder.as_ref(), floor, bug, (step.next.as_ref(), keep))
+                let (keep, c) = (keep(&view.leases[slot]), ceiling(&view));
+                self.cas_lease(slot, &mut view, holder.as_ref(), floor, bug, (step.next.as_ref(), keep, c))
             }
             Decision::RepairLease { holder, floor } => {
-                let keep = keep(&view.leases[slot]);
-                self.cas_lease(slot, &mut view, Some(&holder), floor, bug, (None, keep))
+                let (keep, c) = (keep(&view.leases[slot]), ceiling(&view));
+                self.cas_lease(slot, &mut view, Some(&holder), floor, bug, (None, keep, c))
             }
             Decision::SetNext => {
                 // Only the hint, by compare-and-swap on the Lease version the step saw.
@@ -1034,7 +1188,11 @@ impl World {
                         let rv = self.rv();
                         let next = step.next.as_ref().map(|n| (n.identity.clone(), n.uid.clone(), n.token));
                         let released = keep(&Some(seen));
-                        let lease = LeaseObj { rv, next, released, ..current };
+                        let c = ceiling(&view);
+                        if c.is_some_and(|c| c > self.ceiling_of(current.owner)) {
+                            self.broken.get_or_insert("I2: the Lease's token-ceiling is above the reservation");
+                        }
+                        let lease = LeaseObj { rv, next, released, ceiling: c, ..current };
                         self.api.leases[slot] = Some(lease.clone());
                         view.leases[slot] = Some(lease);
                         true
@@ -1138,7 +1296,7 @@ impl World {
         holder: Option<&Grant>,
         floor: Option<i64>,
         bug: Option<Bug>,
-        annotations: (Option<&Next>, Vec<String>),
+        annotations: Annotations,
     ) -> bool {
         let (Some(seen), Some(current)) = (view.leases[slot].clone(), self.api.leases[slot].clone()) else {
             return false;
@@ -1302,10 +1460,17 @@ impl World {
             }
         }
         let released = |uid: &String| self.api.leases.iter().flatten().any(|l| l.released.contains(uid));
+        let lease0 = snapshot(&self.api, None, cfg).lease.filter(|_| self.standing);
         for (i, c) in self.api.claims.iter().enumerate() {
-            if let Some(c) = c
-                && (c.status_request != c.request || (c.token.is_none() && !c.rejected))
-                && !released(&claim_uid(&c.uid, c.request, self.standing))
+            let Some(c) = c else { continue };
+            // The request the operator reads (`grant::current_request`), and a process waiting
+            // with a later one that nothing names: only its own re-arrival could tell anyone.
+            let request = effective_request(c, lease0.as_ref());
+            let p = &self.procs[i];
+            let unseen = !p.done && request < p.req();
+            if (unseen
+                || ((c.status_request != request || (c.token.is_none() && !c.rejected))
+                    && !released(&claim_uid(&c.uid, request, self.standing))))
                 && !queues(cfg.claim_policy[i])
             {
                 stuck.push(CLAIM_NAMES[i]);
@@ -1324,8 +1489,9 @@ impl World {
             || self.procs.iter().enumerate().any(|(i, p)| {
                 p.paused
                     || (!p.done
-                        && (self.api.claims[i].as_ref().is_none_or(|c| c.rejected && c.status_request == c.request)
+                        && (self.api.claims[i].as_ref().is_none_or(|c| c.rejected && c.status_request == p.req())
                             || (0..self.api.leases.len()).any(|k| self.lease_names_claim(k, i))))
+                    || self.re_arrival_due(i, cfg)
             });
         let settled = !env_owes
             && self.ops.iter().all(|o| o.session.is_none() && o.cache == self.api)
@@ -1413,7 +1579,7 @@ impl Model for LockModel {
         for (i, proc_) in w.procs.iter().enumerate() {
             let claim = w.api.claims[i].as_ref();
             // The status of the request the process works on (an older request's is ignored).
-            let current = claim.filter(|c| c.status_request == c.request);
+            let current = claim.filter(|c| c.status_request == proc_.req());
             if !proc_.done && !proc_.paused {
                 if current.is_some_and(|c| c.token.is_some() && w.lease_names_claim(usize::from(c.slot), i)) {
                     out.push(Action::ClaimLearns(i, None));
@@ -1432,6 +1598,12 @@ impl Model for LockModel {
                 && claim.is_some()
             {
                 out.push(Action::ClaimRequestsAgain(i));
+                if self.cfg.lease_arrivals && w.lease_arrival(i, &self.cfg).is_some() {
+                    out.push(Action::ClaimArrivesByLease(i));
+                }
+            }
+            if w.re_arrival_due(i, &self.cfg) {
+                out.push(Action::ClaimReArrives(i));
             }
             if proc_.holding.is_some() && !proc_.paused {
                 out.push(Action::ClaimRenews(i));
@@ -1532,19 +1704,49 @@ impl Model for LockModel {
             }
             Action::ClaimGivesUp(i) => w.procs[i].done = true,
             Action::ClaimRequestsAgain(i) => {
-                let (rv, now) = (w.rv(), w.now);
+                let (rv, now, next) = (w.rv(), w.now, w.procs[i].req() + 1);
                 let c = w.api.claims[i].as_mut()?;
-                (c.request, c.requested_at, c.rv) = (c.request + 1, i64::from(now), rv);
+                (c.request, c.requested_at, c.rv) = (next, i64::from(now), rv);
                 let p = &mut w.procs[i];
-                (p.request, p.done, p.handed, p.slot, p.queued_at) = (p.req() + 1, false, None, 0, now);
+                (p.request, p.done, p.handed, p.slot, p.queued_at) = (next, false, None, 0, now);
+            }
+            Action::ClaimArrivesByLease(i) => {
+                let arrival = w.lease_arrival(i, &self.cfg)?;
+                let (rv, now, next) = (w.rv(), w.now, w.procs[i].req() + 1);
+                let p = &mut w.procs[i];
+                (p.request, p.done, p.handed, p.slot, p.queued_at) = (next, false, None, 0, now);
+                let me = w.proc_uid(i);
+                let lease = w.api.leases[0].as_mut()?;
+                lease.rv = rv;
+                match arrival {
+                    grant::LeaseArrival::Hint(n) => lease.next = Some((n.identity, n.uid, n.token)),
+                    grant::LeaseArrival::Take(token) => {
+                        (lease.holder, lease.token, lease.renew) =
+                            (Some((CLAIM_NAMES[i].to_string(), me, HolderKind::Claim)), token, Some(rv));
+                        let owner = lease.owner;
+                        // It wrote its own grant: it holds at once, from the write.
+                        let p = &mut w.procs[i];
+                        (p.holding, p.last_renew, p.done, p.handed) = (Some(token), now, true, Some(token));
+                        w.hand(owner, 0, token);
+                        w.events |= GRANTED_BY_LEASE_ARRIVAL;
+                    }
+                }
+            }
+            Action::ClaimReArrives(i) => {
+                let (rv, p) = (w.rv(), &w.procs[i]);
+                let (request, at) = (p.req(), p.queued_at);
+                let c = w.api.claims[i].as_mut()?;
+                (c.request, c.requested_at, c.rv) = (request, i64::from(at), rv);
+                w.events |= ARRIVED_AGAIN;
             }
             Action::ClaimLearns(i, from) => {
                 // `holder::Holder::wait_for_grant`: a Lease of the lock whose holderIdentity and
                 // holder-uid name the claim, seen on the Lease watch (`Some(k)`), or read once the
                 // claim's status shows a token (`None`: the Lease of the status's slot); the token
                 // and the slot are the Lease's, never the status's.
+                let req = w.procs[i].req();
                 let k = match from {
-                    None => usize::from(w.api.claims[i].as_ref().filter(|c| c.status_request == c.request)?.slot),
+                    None => usize::from(w.api.claims[i].as_ref().filter(|c| c.status_request == req)?.slot),
                     Some(k) => k,
                 };
                 if !w.lease_names_claim(k, i) {
@@ -1572,6 +1774,9 @@ impl Model for LockModel {
                 };
                 if w.procs[i].req() >= 2 {
                     w.events |= REQUESTED_AGAIN;
+                }
+                if w.api.claims[i].as_ref().is_some_and(|c| c.request < w.procs[i].req()) {
+                    w.events |= GRANTED_BY_LEASE_ARRIVAL;
                 }
                 if !learned_late {
                     w.procs[i].holding = Some(token);
@@ -1658,8 +1863,9 @@ impl Model for LockModel {
                 let floor = w.api.leases[0].as_ref().and_then(|l| l.floor).or(Some(0));
                 let owner = w.api.leases[0].as_ref().map_or(w.api.lock.uid, |l| l.owner);
                 let released = w.api.leases[0].as_ref().map_or(vec![], |l| l.released.clone());
+                let ceiling = w.api.leases[0].as_ref().and_then(|l| l.ceiling);
                 w.api.leases[0] =
-                    Some(LeaseObj { rv, holder, token, floor, renew: Some(rv), owner, next: None, released });
+                    Some(LeaseObj { rv, holder, token, floor, renew: Some(rv), owner, next: None, released, ceiling });
             }
             Action::LockRecreated => {
                 w.faults += 1;
@@ -1707,6 +1913,8 @@ impl Model for LockModel {
             Property::sometimes(RECORD_LATER, |_, w: &World| w.events & RECORD_WAITED != 0),
             Property::sometimes(RELEASE_UNRECORDED, |_, w: &World| w.events & RELEASED_UNRECORDED != 0),
             Property::sometimes(SECOND_REQUEST, |_, w: &World| w.events & REQUESTED_AGAIN != 0),
+            Property::sometimes(LEASE_ARRIVAL, |_, w: &World| w.events & GRANTED_BY_LEASE_ARRIVAL != 0),
+            Property::sometimes(REARRIVAL, |_, w: &World| w.events & ARRIVED_AGAIN != 0),
             Property::sometimes(TWO_AT_ONCE, |_, w: &World| w.running().iter().filter(|r| !r.1).count() >= 2),
         ]
     }
@@ -1861,6 +2069,154 @@ fn a_standing_skip_claim_is_rejected_and_asks_again() {
 }
 
 const STANDING_SKIP_DEPTH: usize = 12;
+
+/// Standing claims that arrive by the Lease (issue 12, "The arrival writes the hint"): a
+/// waiter names itself as the next-holder hint or takes the free Lease, one compare-and-swap,
+/// and the operator reads the request from the Lease; with a fault (the Lease deleted and
+/// recreated above its floor, a claim deleted, a holder paused) and an operator restart.
+#[test]
+fn standing_claims_arrive_by_the_lease() {
+    let cfg =
+        Config { claims: 2, requests: 2, max_time: 3, record_delay_secs: 1, lease_arrivals: true, ..Config::BASE };
+    assert_safe("lease-arrival", cfg, LEASE_ARRIVAL_DEPTH, &[HINT_HANDOVER, SECOND_REQUEST, LEASE_ARRIVAL]);
+}
+
+/// Arrivals by the Lease with two operators whose caches lag.
+#[test]
+fn standing_claims_arrive_by_the_lease_with_two_operators() {
+    let cfg = Config {
+        claims: 2,
+        requests: 2,
+        operators: 2,
+        max_time: 2,
+        record_delay_secs: 1,
+        lease_arrivals: true,
+        restarts: 0,
+        ..Config::BASE
+    };
+    assert_safe("lease-arrival-2ops", cfg, LEASE_ARRIVAL_2OPS_DEPTH, &[SECOND_REQUEST, LEASE_ARRIVAL]);
+}
+
+/// A Lease arrival displaced by an older waiter (a pod the operator's cache had not seen): the
+/// operator replaces the hint, and the process arrives again by its claim.
+fn displaced() -> Config {
+    Config {
+        pods: 1,
+        claims: 2,
+        requests: 2,
+        unseen_old_pod: true,
+        pods_idle: true,
+        restarts: 0,
+        faults: 0,
+        record_delay_secs: 1,
+        lease_arrivals: true,
+        ..Config::BASE
+    }
+}
+
+#[test]
+fn a_lease_arrival_displaced_by_an_older_waiter_arrives_again_by_its_claim() {
+    assert_safe("lease-arrival-displaced", displaced(), DISPLACED_DEPTH, &[LEASE_ARRIVAL, REARRIVAL]);
+}
+
+/// [`displaced`] from a handover between the two claims, the older pod a max-wait waiter
+/// (rejected one second later), time for it: the displaced process is the only waiter left.
+fn displaced_after_handover() -> Config {
+    Config {
+        start_claim_held: true,
+        max_time: 1,
+        pod_policy: [Policy::max_wait(1), Policy::WAIT, Policy::WAIT],
+        ..displaced()
+    }
+}
+
+#[test]
+fn a_lease_arrival_displaced_after_a_handover_arrives_again_by_its_claim() {
+    let cfg = displaced_after_handover();
+    assert_safe("lease-arrival-displaced-held", cfg, DISPLACED_HELD_DEPTH, &[REARRIVAL, REJECT_TIMEOUT]);
+}
+
+#[test]
+fn a_planted_bug_no_re_arrival_is_caught() {
+    planted_violates(Bug::NoReArrival, displaced_after_handover(), DISPLACED_HELD_DEPTH, I4);
+}
+
+#[test]
+fn a_planted_bug_keeping_the_released_list_by_lease_requests_is_caught() {
+    planted_violates(Bug::KeepByLeaseRequests, displaced_after_handover(), DISPLACED_HELD_DEPTH, I3);
+}
+
+const DISPLACED_HELD_DEPTH: usize = 12;
+
+/// A Lease arrival that takes a token above `leasehold.dev/token-ceiling` (a lock whose first
+/// reservation is 1 token).
+#[test]
+fn a_planted_bug_lease_arrival_above_the_ceiling_is_caught() {
+    let cfg = Config {
+        claims: 1,
+        requests: 2,
+        restarts: 0,
+        faults: 0,
+        lease_arrivals: true,
+        initial_ceiling: 1,
+        ..Config::BASE
+    };
+    planted_violates(Bug::ArrivalAboveCeiling, cfg, 8, I2);
+}
+
+/// A Lease arrival that ignores the floor of a recreated Lease.
+#[test]
+fn a_planted_bug_lease_arrival_ignoring_the_floor_is_caught() {
+    let cfg = Config {
+        claims: 1,
+        requests: 2,
+        restarts: 0,
+        faults: 0,
+        lease_arrivals: true,
+        recreated_lease: true,
+        ..Config::BASE
+    };
+    planted_violates(Bug::ArrivalIgnoresFloor, cfg, 6, I2);
+}
+
+/// Arrivals by the Lease while the lock is deleted and recreated with the same name: a waiter
+/// may write the old object's Lease (its ceiling is the old object's reservation) until the
+/// garbage collector removes it; the new object must not grant beside a holder of the old one.
+#[test]
+fn lease_arrivals_across_a_recreated_lock() {
+    let cfg = Config {
+        claims: 2,
+        requests: 2,
+        recreate: true,
+        restarts: 0,
+        max_time: 1,
+        lease_arrivals: true,
+        ..Config::BASE
+    };
+    assert_safe("lease-arrival-recreate", cfg, LEASE_ARRIVAL_RECREATE_DEPTH, &[LEASE_ARRIVAL]);
+}
+
+/// Arrivals by the Lease while a single-holder lock becomes a semaphore of 2: the slot-0 Lease
+/// keeps its `leasehold.dev/token-ceiling` until the operator writes it again.
+#[test]
+fn lease_arrivals_while_the_lock_becomes_a_semaphore() {
+    let cfg = Config {
+        claims: 2,
+        requests: 2,
+        restarts: 0,
+        faults: 0,
+        change_max_holders: Some(2),
+        lease_arrivals: true,
+        ..Config::BASE
+    };
+    assert_safe("lease-arrival-semaphore", cfg, LEASE_ARRIVAL_SEMAPHORE_DEPTH, &[LEASE_ARRIVAL, CHANGED_GRANT]);
+}
+
+const LEASE_ARRIVAL_RECREATE_DEPTH: usize = 11;
+const LEASE_ARRIVAL_SEMAPHORE_DEPTH: usize = 11;
+const LEASE_ARRIVAL_DEPTH: usize = 12;
+const LEASE_ARRIVAL_2OPS_DEPTH: usize = 9;
+const DISPLACED_DEPTH: usize = 14;
 
 /// A release that does not list its request in `leasehold.dev/released`: the claim still shows
 /// the request, unrecorded, and is granted again.

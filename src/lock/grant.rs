@@ -270,7 +270,8 @@ pub enum LeaseArrival {
 /// arrive by writing `lease` itself ([`LeaseArrival`]); `None` when it must arrive by its claim
 /// (`spec.request`): the Lease is not trusted (a hand-edited one), carries no token ceiling
 /// ([`LeaseView::ceiling`]: a semaphore's, or one the operator has not written since), already
-/// names a next holder, names this request already, or the next token
+/// names a next holder, is held by a pod, by [`RECOVERY_HOLDER`] or by this request, or the next
+/// token
 /// ([`crate::lock::fencing::next_token`] of the Lease's token and floor) is above the ceiling.
 ///
 /// Safe as a grant the operator decides on the same Lease version: the write is a
@@ -288,7 +289,9 @@ pub fn lease_arrival(lease: &LeaseView, identity: &str, uid: &str) -> Option<Lea
     }
     match &lease.holder {
         None => Some(LeaseArrival::Take(token)),
-        Some(h) if h.uid.as_deref() == Some(uid) => None,
+        // A claim's release hands over to the hint; a pod releases by ending (the operator
+        // grants then, and would clear a hint under a pod), the recovery holder never releases.
+        Some(h) if h.kind != HolderKind::Claim || h.uid.as_deref().is_none_or(|u| u.is_empty() || u == uid) => None,
         Some(_) => Some(LeaseArrival::Hint(Next { identity: identity.to_string(), uid: uid.to_string(), token })),
     }
 }

@@ -677,3 +677,49 @@ fn keep_released_drops_requests_that_can_no_longer_matter() {
     many.remove(0);
     assert_eq!(keep_released(&many, &[at("a", 1)]).len(), RELEASED_KEPT_UNSEEN + 1);
 }
+
+/// A Lease held by standing claim request `x/1`, ceiling 10, token 4.
+fn claim_held() -> LeaseView {
+    LeaseView {
+        holder: Some(Holder { name: "x".into(), uid: Some(request_uid("x", 1)), kind: HolderKind::Claim }),
+        ceiling: Some(10),
+        ..lease(None, 4)
+    }
+}
+
+#[test]
+fn the_lease_names_a_standing_claims_request_by_its_holder_hint_or_released_list() {
+    let mut l = claim_held();
+    l.next = Some(Next { identity: "y".into(), uid: request_uid("y", 3), token: 5 });
+    l.released = vec![request_uid("y", 2), request_uid("z", 7), "not-a-request".into()];
+    assert_eq!(lease_request(&l, "x"), Some(1));
+    assert_eq!(lease_request(&l, "y"), Some(3));
+    assert_eq!(lease_request(&l, "z"), Some(7));
+    assert_eq!(lease_request(&l, "w"), None);
+    // The highest of spec, status and Lease.
+    assert_eq!(current_request(2, Some(1), Some(&l), "y"), 3);
+    assert_eq!(current_request(4, Some(1), Some(&l), "y"), 4);
+    assert_eq!(current_request(2, Some(5), None, "y"), 5);
+}
+
+#[test]
+fn a_waiter_arrives_by_the_lease_as_hint_or_taker_only_below_the_ceiling() {
+    let me = request_uid("y", 2);
+    let hint = Next { identity: "y".into(), uid: me.clone(), token: 5 };
+    assert_eq!(lease_arrival(&claim_held(), "y", &me), Some(LeaseArrival::Hint(hint)));
+    // Free: take it, above the token and the floor.
+    let free = LeaseView { holder: None, floor: 6, ..claim_held() };
+    assert_eq!(lease_arrival(&free, "y", &me), Some(LeaseArrival::Take(7)));
+    // Not: a hint is there, no ceiling or the token above it, untrusted, a pod or the recovery
+    // holder holds, or it holds itself.
+    let taken = LeaseView { next: Some(Next { identity: "z".into(), uid: "z/1".into(), token: 5 }), ..claim_held() };
+    assert_eq!(lease_arrival(&taken, "y", &me), None);
+    assert_eq!(lease_arrival(&LeaseView { ceiling: None, ..claim_held() }, "y", &me), None);
+    assert_eq!(lease_arrival(&LeaseView { ceiling: Some(4), ..claim_held() }, "y", &me), None);
+    assert_eq!(lease_arrival(&LeaseView { floor: 10, ..claim_held() }, "y", &me), None);
+    assert_eq!(lease_arrival(&LeaseView { trusted: false, ..claim_held() }, "y", &me), None);
+    assert_eq!(lease_arrival(&LeaseView { ceiling: Some(10), ..lease(Some("pod"), 4) }, "y", &me), None);
+    let recovery = Holder { name: RECOVERY_HOLDER.into(), uid: Some(String::new()), kind: HolderKind::Claim };
+    assert_eq!(lease_arrival(&LeaseView { holder: Some(recovery), ..claim_held() }, "y", &me), None);
+    assert_eq!(lease_arrival(&claim_held(), "x", &request_uid("x", 1)), None);
+}

@@ -1,0 +1,233 @@
+//! Issue 12, "The arrival writes the hint, not the operator" (`docs/two-writes-per-grant.md`): a
+//! waiting standing claim arrives by its lock's Lease, one compare-and-swap, when the Lease
+//! carries the operator's token ceiling (`leasehold.dev/token-ceiling`): on a held lock it names
+//! its request as the next-holder hint, on a free one it takes the Lease. The claim's
+//! `spec.request` is not raised (its `metadata.generation` does not change); a hint the operator
+//! (or anyone) replaces makes it arrive by its claim after all.
+//!
+//! Until the operator writes the ceiling itself, these tests write it by hand, far above any
+//! token they reach.
+
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use leasehold::crd::{DistributedLockClaim, OnBusy};
+use leasehold::holder::Holder;
+use leasehold::lock::grant::{Next, request_uid};
+use leasehold::lock::{HOLDER_KIND_ANNOTATION, HOLDER_UID_ANNOTATION, TOKEN_CEILING_ANNOTATION};
+use serde_json::json;
+
+use crate::support::{TestNs, WAIT, wait_until};
+
+/// Writes `leasehold.dev/token-ceiling` on Lease `name` (what the operator writes on every
+/// write of a single-holder lock's Lease).
+async fn set_ceiling(leases: &Api<Lease>, name: &str) {
+    let body = json!({ "metadata": { "annotations": { TOKEN_CEILING_ANNOTATION: "1000000" } } });
+    leases.patch(name, &PatchParams::default(), &Patch::Merge(&body)).await.expect("write the token ceiling");
+}
+
+/// The claim of identity `identity`: (UID, `spec.request`, `metadata.generation`: a spec write
+/// raises it, a status write does not).
+async fn claim_of(claims: &Api<DistributedLockClaim>, identity: &str) -> (String, Option<i64>, Option<i64>) {
+    let c = claims
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .find(|c| c.spec.identity == identity)
+        .unwrap_or_else(|| panic!("a claim of {identity}"));
+    (c.metadata.uid.unwrap(), c.spec.request, c.metadata.generation)
+}
+
+fn holder_uid(l: &Lease) -> Option<String> {
+    l.metadata.annotations.as_ref()?.get(HOLDER_UID_ANNOTATION).cloned()
+}
+
+/// Every version of Lease `name` from now on, as its `leasehold.dev/holder-uid` ("" when free)
+/// and its next-holder hint.
+type Versions = std::sync::Arc<std::sync::Mutex<Vec<(String, Option<Next>)>>>;
+
+async fn record_holders(leases: &Api<Lease>, name: &str) -> Versions {
+    use futures::StreamExt;
+    use kube::api::{WatchEvent, WatchParams};
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(vec![]));
+    let sink = seen.clone();
+    let by_name = WatchParams::default().fields(&format!("metadata.name={name}"));
+    let mut stream = leases.watch(&by_name, "0").await.unwrap().boxed();
+    tokio::spawn(async move {
+        while let Some(Ok(ev)) = stream.next().await {
+            if let WatchEvent::Added(l) | WatchEvent::Modified(l) = ev {
+                sink.lock().unwrap().push((holder_uid(&l).unwrap_or_default(), leasehold::lease::next(&l)));
+            }
+        }
+    });
+    seen
+}
+
+/// A standing holder's second acquire on a held lock is one Lease write: the hint names its
+/// request (`<claim UID>/2`) with the holder's token + 1, the claim's spec is not written, and
+/// the holder's release hands the lock over to it (no free version in between) with that token.
+#[tokio::test]
+async fn a_standing_holders_second_acquire_on_a_held_lock_names_itself_next_in_the_lease_and_is_handed_the_lock() {
+    let mut ns = TestNs::new("arrive-hint").await;
+    ns.create_lock("l", json!({})).await;
+    ns.start_operator(&[]);
+    let (claims, leases) = (ns.api::<DistributedLockClaim>(), ns.api::<Lease>());
+    let a = Holder::new(ns.client.clone(), &ns.ns, "l", "a");
+    let b = Holder::new(ns.client.clone(), &ns.ns, "l", "b");
+    a.acquire(Some(WAIT)).await.expect("a's first acquire").release().await.expect("a releases");
+    let gb = b.acquire(Some(WAIT)).await.expect("b acquires");
+    let (uid, request, generation) = claim_of(&claims, "a").await;
+    assert_eq!(request, Some(1));
+    set_ceiling(&leases, "l").await;
+    let holders = record_holders(&leases, "l").await;
+    let ticket = a.enqueue(OnBusy::Wait).await.expect("a enqueues again");
+    assert_eq!(ticket.request(), Some(2));
+    let me = request_uid(&uid, 2);
+    let want = Next { identity: "a".into(), uid: me.clone(), token: gb.token() + 1 };
+    wait_until("the hint naming a is seen", WAIT, || async {
+        holders.lock().unwrap().iter().any(|(_, n)| n.as_ref() == Some(&want))
+    })
+    .await;
+    // The operator reads the hint as a's arrival and leaves it; nobody writes a's claim.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let l = leases.get("l").await.unwrap();
+    // (The operator may rewrite its token; it names a's request still.)
+    let kept = leasehold::lease::next(&l).map(|n| (n.identity, n.uid));
+    assert_eq!(kept, Some(("a".to_string(), me.clone())), "the hint stays");
+    let tb = gb.token();
+    assert_eq!(claim_of(&claims, "a").await, (uid.clone(), Some(1), generation), "a's claim spec is not written");
+    let b_request = holder_uid(&l).expect("b holds");
+    gb.release().await.expect("b releases");
+    let ga = ticket.wait(Some(WAIT)).await.expect("a is granted");
+    assert!(ga.token() > tb, "a's token {} above b's {tb}", ga.token());
+    assert_eq!(holder_uid(&leases.get("l").await.unwrap()), Some(me.clone()));
+    // b's release itself named a: the version after b's last one names a's request.
+    let seen: Vec<String> = holders.lock().unwrap().iter().map(|(u, _)| u.clone()).collect();
+    let last_b = seen.iter().rposition(|u| *u == b_request).expect("b's versions");
+    assert_eq!(seen.get(last_b + 1), Some(&me), "b's release hands over to a: {seen:?}");
+    assert_eq!(claim_of(&claims, "a").await, (uid, Some(1), generation), "a's claim spec is not written");
+    ga.release().await.expect("a releases");
+    a.close().await;
+    b.close().await;
+    ns.cleanup().await;
+}
+
+/// A standing holder's second (and third) acquire on a free lock takes the Lease itself, one
+/// write: it names the request, with the Lease's token + 1, kind Claim, one more transition and
+/// the released list kept; the claim's spec is not written. The third acquire is request 3 (the
+/// library counts the requests its claim's `spec.request` does not show).
+#[tokio::test]
+async fn a_standing_holders_second_acquire_on_a_free_lock_takes_the_lease_with_the_next_token() {
+    let mut ns = TestNs::new("arrive-take").await;
+    ns.create_lock("l", json!({})).await;
+    ns.start_operator(&[]);
+    let (claims, leases) = (ns.api::<DistributedLockClaim>(), ns.api::<Lease>());
+    let a = Holder::new(ns.client.clone(), &ns.ns, "l", "a");
+    let first = a.acquire(Some(WAIT)).await.expect("first acquire");
+    let t1 = first.token();
+    first.release().await.expect("first release");
+    let (uid, _, generation) = claim_of(&claims, "a").await;
+    set_ceiling(&leases, "l").await;
+    let before = leases.get("l").await.unwrap();
+    let transitions = before.spec.as_ref().and_then(|s| s.lease_transitions).unwrap_or(0);
+    let ticket = a.enqueue(OnBusy::Wait).await.expect("second enqueue");
+    assert_eq!(ticket.request(), Some(2));
+    // Taken by the enqueue, before any wait.
+    let l = leases.get("l").await.unwrap();
+    assert_eq!(holder_uid(&l), Some(request_uid(&uid, 2)), "the enqueue took the Lease");
+    let second = ticket.wait(Some(WAIT)).await.expect("second acquire");
+    assert_eq!(second.token(), t1 + 1);
+    let spec = l.spec.clone().unwrap();
+    assert_eq!(spec.holder_identity.as_deref(), Some("a"));
+    assert_eq!(spec.lease_transitions, Some(transitions + 1));
+    assert_eq!(spec.lease_duration_seconds, before.spec.as_ref().unwrap().lease_duration_seconds);
+    assert_eq!(l.metadata.annotations.as_ref().unwrap().get(HOLDER_KIND_ANNOTATION).map(String::as_str), Some("Claim"));
+    assert_eq!(leasehold::lease::released(&l), vec![request_uid(&uid, 1)], "the released list is kept");
+    // The operator leaves the grant alone (a renewal or two later it still holds).
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert!(!second.is_lost(), "the grant taken by the arrival holds");
+    assert_eq!(holder_uid(&leases.get("l").await.unwrap()), Some(request_uid(&uid, 2)));
+    second.release().await.expect("second release");
+    // Request 2 listed, and request 1 kept: the claim's spec.request still shows it.
+    let l = leases.get("l").await.unwrap();
+    assert_eq!(leasehold::lease::released(&l), vec![request_uid(&uid, 1), request_uid(&uid, 2)]);
+    let third = a.acquire(Some(WAIT)).await.expect("third acquire");
+    assert_eq!(third.token(), t1 + 2);
+    assert_eq!(holder_uid(&leases.get("l").await.unwrap()), Some(request_uid(&uid, 3)), "request 3, not 2 again");
+    assert_eq!(claim_of(&claims, "a").await, (uid, Some(1), generation), "the claim's spec is not written");
+    third.release().await.expect("third release");
+    a.close().await;
+    ns.cleanup().await;
+}
+
+/// A request that arrived by the Lease as its hint and is displaced (the hint now names another
+/// waiter, c, as the operator's `SetNext` writes it for a waiter it knows from its claim) arrives
+/// by its claim: `spec.request` raised to the request, `spec.requestTime` the time of its Lease
+/// arrival; both waiters are granted, one after the other, above b's token.
+#[tokio::test]
+async fn a_displaced_lease_arrival_arrives_by_its_claim_and_is_granted() {
+    use k8s_openapi::jiff::Timestamp;
+    let mut ns = TestNs::new("arrive-displaced").await;
+    ns.create_lock("l", json!({})).await;
+    ns.start_operator(&[]);
+    let (claims, leases) = (ns.api::<DistributedLockClaim>(), ns.api::<Lease>());
+    let a = Holder::new(ns.client.clone(), &ns.ns, "l", "a");
+    let b = Holder::new(ns.client.clone(), &ns.ns, "l", "b");
+    let c = Holder::new(ns.client.clone(), &ns.ns, "l", "c").one_shot();
+    a.acquire(Some(WAIT)).await.expect("a's first acquire").release().await.expect("a releases");
+    let gb = b.acquire(Some(WAIT)).await.expect("b acquires");
+    let (uid, _, _) = claim_of(&claims, "a").await;
+    let me = request_uid(&uid, 2);
+    set_ceiling(&leases, "l").await;
+    let arrival_start = Timestamp::now();
+    let a_ticket = a.enqueue(OnBusy::Wait).await.expect("a enqueues again");
+    let arrival_end = Timestamp::now();
+    let hinted = leasehold::lease::next(&leases.get("l").await.unwrap());
+    assert_eq!(hinted.map(|n| n.uid), Some(me.clone()), "a arrived by the Lease");
+    assert_eq!(claim_of(&claims, "a").await.1, Some(1), "arrived by the Lease, not by the claim");
+    let a_waits = tokio::spawn(async move { a_ticket.wait(Some(WAIT)).await });
+    // c arrives by its claim, and the hint names c (what the operator's SetNext writes for it):
+    // written here too, retried until it lands (b renews meanwhile).
+    let c_ticket = c.enqueue(OnBusy::Wait).await.expect("c enqueues by its claim");
+    let c_uid = claim_of(&claims, "c").await.0;
+    wait_until("the hint names c", WAIT, || async {
+        let mut l = leases.get("l").await.unwrap();
+        if leasehold::lease::next(&l).is_some_and(|n| n.uid == c_uid) {
+            return true;
+        }
+        let token = leasehold::lease::view(&l).token + 1;
+        leasehold::lease::put_next(&mut l, Some(&Next { identity: "c".into(), uid: c_uid.clone(), token }));
+        leases.replace("l", &PostParams::default(), &l).await.is_ok()
+    })
+    .await;
+    wait_until("a arrives by its claim", WAIT, || async { claim_of(&claims, "a").await.1 == Some(2) }).await;
+    let a_claim = claims.list(&ListParams::default()).await.unwrap().items.into_iter().find(|x| x.spec.identity == "a");
+    let request_time = a_claim.and_then(|x| x.spec.request_time).expect("spec.requestTime").0;
+    assert!(
+        arrival_start <= request_time && request_time <= arrival_end,
+        "requestTime {request_time} is the Lease arrival's ({arrival_start}..{arrival_end})"
+    );
+    let mut c_waits = tokio::spawn(async move { c_ticket.wait(Some(WAIT)).await });
+    let mut a_waits = a_waits;
+    let tb = gb.token();
+    gb.release().await.expect("b releases");
+    // Whichever the operator put first (a's requestTime is older than c's claim) is granted,
+    // releases, and then the other.
+    let (first, second, rest) = tokio::select! {
+        g = &mut a_waits => ("a", g, ("c", c_waits)),
+        g = &mut c_waits => ("c", g, ("a", a_waits)),
+    };
+    let g1 = second.unwrap().unwrap_or_else(|e| panic!("{first} is granted: {e}"));
+    let t1 = g1.token();
+    assert!(t1 > tb, "{first}'s token {t1} above b's {tb}");
+    g1.release().await.expect("release");
+    let g2 = rest.1.await.unwrap().unwrap_or_else(|e| panic!("{} is granted: {e}", rest.0));
+    assert!(g2.token() > t1, "{}'s token {} above {first}'s {t1}", rest.0, g2.token());
+    g2.release().await.expect("release");
+    a.close().await;
+    b.close().await;
+    ns.cleanup().await;
+}
