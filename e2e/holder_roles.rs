@@ -269,6 +269,122 @@ async fn a_service_account_bound_only_to_the_holder_role_holds_locks() {
     ns.cleanup().await;
 }
 
+/// Issue 12: the chart's Lease policy lets a waiting standing claim (here: any holder-role
+/// account) arrive by the Lease, one compare-and-swap, exactly as `grant::lease_arrival` computes
+/// it: the next-holder hint on a held Lease that has none, or the holder of a free Lease, with
+/// the token max(fencing-token, token-floor) + 1 and only within `leasehold.dev/token-ceiling`.
+/// Refused: that token above the ceiling, a hint arrival that also changes the holder, any other
+/// token, and a change of the ceiling. (A Lease of no lock, written by the test's admin, exempt
+/// as system:masters; no operator runs.)
+#[tokio::test]
+async fn an_arrival_by_the_lease_is_admitted_only_as_computed_and_within_the_ceiling() {
+    let ns = TestNs::new("leasearrival").await;
+    let release = Release::install(&ns, &["--set", "replicaCount=1"]);
+    let policy = format!("{}-lease-grants", release.fullname());
+    let kc = service_account(&ns, "waiter", Some(&format!("{}-holder", release.fullname())));
+    let user = user_of(&ns, "waiter");
+    let as_waiter: Api<Lease> = Api::namespaced(client_for(&kc).await, &ns.ns);
+    let admin: Api<Lease> = ns.api::<Lease>();
+    let lease: Lease = serde_json::from_value(json!({
+        "metadata": {"name": "forge", "labels": {"leasehold.dev/lock": "forge"}, "annotations": {
+            "leasehold.dev/fencing-token": "5", "leasehold.dev/token-floor": "0", "leasehold.dev/token-ceiling": "5",
+            "leasehold.dev/holder-uid": "holder-uid/1", "leasehold.dev/holder-kind": "Claim",
+        }},
+        "spec": {"holderIdentity": "someone", "leaseDurationSeconds": 15},
+    }))
+    .unwrap();
+    admin.create(&PostParams::default(), &lease).await.expect("admin creates the Lease");
+    let dry = PatchParams { dry_run: true, ..PatchParams::default() };
+    let hint = |token: &str| {
+        json!({"metadata": {"annotations": {
+            "leasehold.dev/next-holder": user, "leasehold.dev/next-holder-uid": "claim-uid/2",
+            "leasehold.dev/next-token": token,
+        }}})
+    };
+    // Token 6 = max(5, 0) + 1, above the ceiling 5: refused (the policy takes effect a moment
+    // after the install).
+    wait_until("the Lease policy refuses an arrival above the ceiling", WAIT, || async {
+        matches!(as_waiter.patch("forge", &dry, &Patch::Merge(&hint("6"))).await,
+            Err(kube::Error::Api(s)) if s.code == 403 && s.message.contains(&policy))
+    })
+    .await;
+    crate::install::assert_denied(
+        as_waiter.patch("forge", &dry, &Patch::Merge(&hint("6"))).await,
+        &policy,
+        "next-holder hint",
+    );
+    // Nor may the waiter raise the ceiling itself.
+    let raise = json!({"metadata": {"annotations": {"leasehold.dev/token-ceiling": "10"}}});
+    crate::install::assert_denied(
+        as_waiter.patch("forge", &dry, &Patch::Merge(&raise)).await,
+        &policy,
+        "leasehold.dev/token-ceiling",
+    );
+    // The operator's ceiling 10: the hint with token 6 is admitted; any other token, a request
+    // UID not of the form <claim UID>/<request>, or a hint that also takes the holder is not.
+    admin.patch("forge", &PatchParams::default(), &Patch::Merge(&raise)).await.expect("admin raises the ceiling");
+    crate::install::assert_allowed(as_waiter.patch("forge", &dry, &Patch::Merge(&hint("6"))).await, "the hint");
+    for token in ["5", "7", "10", "11"] {
+        crate::install::assert_denied(
+            as_waiter.patch("forge", &dry, &Patch::Merge(&hint(token))).await,
+            &policy,
+            "next-holder hint",
+        );
+    }
+    let mut bad_uid = hint("6");
+    bad_uid["metadata"]["annotations"]["leasehold.dev/next-holder-uid"] = json!("claim-uid");
+    crate::install::assert_denied(
+        as_waiter.patch("forge", &dry, &Patch::Merge(&bad_uid)).await,
+        &policy,
+        "next-holder hint",
+    );
+    let mut takes_holder = hint("6");
+    takes_holder["spec"] = json!({"holderIdentity": user});
+    crate::install::assert_denied(
+        as_waiter.patch("forge", &dry, &Patch::Merge(&takes_holder)).await,
+        &policy,
+        "holder of Lease",
+    );
+    let take = |token: &str| {
+        json!({
+            "metadata": {"annotations": {
+                "leasehold.dev/holder-uid": "claim-uid/2", "leasehold.dev/holder-kind": "Claim",
+                "leasehold.dev/fencing-token": token,
+            }},
+            "spec": {"holderIdentity": user, "renewTime": "2026-12-05T10:00:00.000000Z"},
+        })
+    };
+    // Taking a held Lease: refused, even with the right token.
+    crate::install::assert_denied(
+        as_waiter.patch("forge", &dry, &Patch::Merge(&take("6"))).await,
+        &policy,
+        "fencing token",
+    );
+    // A free Lease (the holder released it, token 5 kept): taken with token 6 only.
+    let free = json!({
+        "metadata": {"annotations": {"leasehold.dev/holder-uid": null, "leasehold.dev/holder-kind": null}},
+        "spec": {"holderIdentity": null, "renewTime": null, "acquireTime": null},
+    });
+    admin.patch("forge", &PatchParams::default(), &Patch::Merge(&free)).await.expect("admin frees the Lease");
+    crate::install::assert_allowed(as_waiter.patch("forge", &dry, &Patch::Merge(&take("6"))).await, "the take");
+    crate::install::assert_denied(
+        as_waiter.patch("forge", &dry, &Patch::Merge(&take("7"))).await,
+        &policy,
+        "fencing token",
+    );
+    let mut take_with_hint = take("6");
+    take_with_hint["metadata"]["annotations"]["leasehold.dev/next-holder"] = json!("x");
+    take_with_hint["metadata"]["annotations"]["leasehold.dev/next-holder-uid"] = json!("x/1");
+    take_with_hint["metadata"]["annotations"]["leasehold.dev/next-token"] = json!("7");
+    crate::install::assert_denied(
+        as_waiter.patch("forge", &dry, &Patch::Merge(&take_with_hint)).await,
+        &policy,
+        "fencing token",
+    );
+    drop(release);
+    ns.cleanup().await;
+}
+
 /// The chart's ClusterRoles aggregated into the built-in user-facing roles: `view` reads locks
 /// and claims and changes nothing; `edit` and `admin` create, change and delete locks, and
 /// `edit` holds one with the library. Fails without the aggregated roles.

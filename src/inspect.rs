@@ -34,7 +34,7 @@ use crate::controller::{
 use crate::crd::{ClaimPhase, DistributedLock, DistributedLockClaim, condition};
 use crate::lease;
 use crate::lock::fencing::parse_token;
-use crate::lock::grant::{self, Candidate, HolderKind, Phase, RejectReason};
+use crate::lock::grant::{self, Candidate, HolderKind, LeaseView, Phase, RejectReason};
 use crate::lock::policy::{self, BusyPolicy};
 use crate::lock::{
     GRANTED_LOCK_ANNOTATION, LEASE_LABEL, LOCK_ANNOTATION, LOCKS_ANNOTATION, SCHEDULING_GATE, SLOT_ANNOTATION,
@@ -315,6 +315,10 @@ pub struct StatusDocument {
 /// DistributedLocks), also without the multi-lock pods the operator leaves out of the queue: gated,
 /// no token of `lock` recorded, and a set it does not serve
 /// ([`crate::controller::lock_set_unservable_among`]); with `None` nobody is left out.
+///
+/// `lease` is the lock's own (slot-0) Lease when it could be read: a standing claim is then
+/// queued at the request that Lease names for it when that is above its claim object's (a waiter
+/// that arrived by the Lease, [`crate::controller::at_lease_request`]), as the operator does.
 pub fn queue(
     ns: &str,
     lock: &str,
@@ -322,6 +326,7 @@ pub fn queue(
     pods: &[Pod],
     claims: &[DistributedLockClaim],
     locks: Option<&[DistributedLock]>,
+    lease: Option<&LeaseView>,
 ) -> Vec<Candidate> {
     let candidates: Vec<Candidate> = pods
         .iter()
@@ -334,7 +339,10 @@ pub fn queue(
         })
         .map(|(c, _)| c)
         .chain(
-            claims.iter().filter(|c| c.namespace().as_deref() == Some(ns)).filter_map(|c| candidate_of_claim(c, lock)),
+            claims
+                .iter()
+                .filter(|c| c.namespace().as_deref() == Some(ns))
+                .filter_map(|c| candidate_of_claim(c, lock, lease)),
         )
         .collect();
     grant::queue_of(&candidates).into_iter().filter(|c| !holder_uids.contains(&c.uid.as_str())).cloned().collect()
@@ -442,7 +450,8 @@ pub fn lock_report_slots(
             })
             .collect(),
     };
-    let waiters = queue(&ns, &name, &holder_uids, pods, claims, locks)
+    let lease0 = lease.lease().map(lease::view);
+    let waiters = queue(&ns, &name, &holder_uids, pods, claims, locks, lease0.as_ref())
         .iter()
         .enumerate()
         .map(|(i, c)| WaiterReport {
@@ -970,7 +979,16 @@ pub fn explain_claim(
     let lock_name = claim.spec.lock.as_str();
     // A standing claim (`spec.request`, issue 12) is explained for its current request: the
     // Lease names it by request UID, and a status of an older request says nothing about it.
-    let request = claim.spec.request;
+    // Its current request is the highest of its spec's, its status's and the one the lock's
+    // Lease names (a waiter that arrived by the Lease, `grant::current_request`).
+    let lease0 = slots.first().and_then(|s| s.lease()).map(lease::view);
+    let request = claim.spec.request.map(|spec| {
+        let status = claim.status.as_ref().and_then(|s| s.request);
+        grant::current_request(spec, status, lease0.as_ref(), claim.metadata.uid.as_deref().unwrap_or_default())
+    });
+    let by_lease = request.is_some_and(|r| {
+        r > claim.spec.request.unwrap_or(0).max(claim.status.as_ref().and_then(|s| s.request).unwrap_or(0))
+    });
     let status = match request {
         Some(r) => claim.status.clone().filter(|s| s.request == Some(r)).unwrap_or_default(),
         None => claim.status.clone().unwrap_or_default(),
@@ -1081,6 +1099,16 @@ pub fn explain_claim(
             lease::slot_lease_name(lock_name, *k)
         );
         return say(Verdict::GrantInProgress { lock: lock_name.to_string() }, first, &notes);
+    }
+    if let Some(n) = lease0.as_ref().and_then(|l| l.next.as_ref()).filter(|n| Some(n.uid.as_str()) == uid) {
+        let how =
+            if by_lease { "its process wrote that itself (an arrival by the Lease)" } else { "the operator wrote it" };
+        notes.push(format!(
+            "(The Lease {lock_name} names it as the next holder ({}, token {}; {how}): the holder's release hands the \
+             lock to it.)",
+            crate::lock::NEXT_HOLDER_ANNOTATION,
+            n.token
+        ));
     }
     let who = Waiter {
         intro: format!("Claim {name} ({identity}) waits for lock {lock_name}"),
@@ -1210,7 +1238,7 @@ pub fn explain_set(
                      of its set.",
                     h.token
                 );
-                let head = queue(&ns, l, &[], pods, claims, Some(locks)).into_iter().next();
+                let head = queue(&ns, l, &[], pods, claims, Some(locks), None).into_iter().next();
                 if whole.is_some() {
                     line.push_str(
                         " Its set is not served, so the operator takes this grant back (withdrawn on the pod first, \
@@ -1237,7 +1265,7 @@ pub fn explain_set(
                 let others: Vec<(u32, CurrentHolder)> =
                     holding.iter().filter(|(_, h)| h.uid.is_none() || h.uid != uid).cloned().collect();
                 let holder_uids: Vec<&str> = others.iter().filter_map(|(_, h)| h.uid.as_deref()).collect();
-                let q = queue(&ns, l, &holder_uids, pods, claims, Some(locks));
+                let q = queue(&ns, l, &holder_uids, pods, claims, Some(locks), None);
                 let again = withdrawn
                     .map(|t| {
                         format!(
@@ -1458,7 +1486,8 @@ fn explain_waiter(
     let released: Vec<String> = released_requests(slots);
     let holder_uids: Vec<&str> =
         holding.iter().filter_map(|(_, h)| h.uid.as_deref()).chain(released.iter().map(String::as_str)).collect();
-    let queue = queue(&ns, lock_name, &holder_uids, pods, claims, locks);
+    let lease0 = lease.lease().map(lease::view);
+    let queue = queue(&ns, lock_name, &holder_uids, pods, claims, locks, lease0.as_ref());
     let Some(index) = queue.iter().position(|c| c.kind == who.kind && Some(c.uid.as_str()) == who.uid) else {
         // Not deleting, not terminal: always a waiter, unless the operator could not read it.
         let first = format!("{} but the operator cannot queue it (no uid or creationTimestamp).", who.cannot_queue);
@@ -1896,6 +1925,51 @@ mod tests {
         // Created in the same second as `b`: the name breaks the tie, as in the operator.
         let pods = vec![waiter("c", 30), holder_pod("h", 3), waiter("b", 20), waiter("a", 20), finished, other_lock];
         (ready_lock(Some(("h", 3))), lease(Some(("h", 3))), pods, vec![claim("cl", "laptop", 25)])
+    }
+
+    /// A standing claim at request 1 (released) whose request 2 only the Lease knows.
+    fn standing(name: &str) -> DistributedLockClaim {
+        serde_json::from_value(json!({
+            "apiVersion": "leasehold.dev/v1alpha1", "kind": "DistributedLockClaim",
+            "metadata": {"name": name, "namespace": NS, "uid": format!("uid-{name}"), "creationTimestamp": ts(5)},
+            "spec": {"lock": "l", "identity": "me", "request": 1, "requestTime": ts(5)},
+            "status": {"phase": "Granted", "token": 2, "request": 1},
+        }))
+        .unwrap()
+    }
+
+    /// `leasehold status` and `why` read a standing claim's request from the Lease when only the
+    /// Lease knows it (an arrival by the Lease, issue 12): hinted, it waits; as holder, it holds.
+    #[test]
+    fn a_request_known_only_from_the_lease_shows_as_waiting_or_holding() {
+        let claims = vec![standing("s")];
+        let mut hinted = lease(Some(("h", 3)));
+        lease::put_released(&mut hinted, &["uid-s/1".into()]);
+        lease::put_next(&mut hinted, Some(&grant::Next { identity: "me".into(), uid: "uid-s/2".into(), token: 4 }));
+        let lock = ready_lock(Some(("h", 3)));
+        let r = lock_report(&lock, LeaseRead::Found(&hinted), &[holder_pod("h", 3)], &claims, now());
+        let w: Vec<(&str, Option<i64>)> = r.waiters.iter().map(|w| (w.name.as_str(), w.request)).collect();
+        assert_eq!(w, vec![("s", Some(2))]);
+        let slots = [LeaseRead::Found(&hinted)];
+        let e = explain_claim(&claims[0], Some(&lock), &slots, &[holder_pod("h", 3)], &claims, None, now());
+        assert!(e.text.contains("(request 2)") && e.text.contains("waits for lock l"), "{}", e.text);
+        assert!(e.text.contains("names it as the next holder") && e.text.contains("by the Lease"), "{}", e.text);
+        // Taken by the Lease: granted, its status not written yet.
+        let mut taken = lease(None);
+        lease::put_released(&mut taken, &["uid-s/1".into()]);
+        let spec = taken.spec.as_mut().unwrap();
+        spec.holder_identity = Some("me".into());
+        let ann = taken.metadata.annotations.as_mut().unwrap();
+        ann.insert("leasehold.dev/holder-uid".into(), "uid-s/2".into());
+        ann.insert("leasehold.dev/holder-kind".into(), "Claim".into());
+        ann.insert(TOKEN_ANNOTATION.into(), "4".into());
+        let slots = [LeaseRead::Found(&taken)];
+        let e = explain_claim(&claims[0], Some(&ready_lock(None)), &slots, &[], &claims, None, now());
+        assert!(matches!(e.verdict, Verdict::GrantInProgress { .. }), "{}", e.text);
+        assert!(e.text.contains("(request 2)"), "{}", e.text);
+        let r = lock_report(&ready_lock(None), LeaseRead::Found(&taken), &[], &claims, now());
+        assert!(r.waiters.is_empty());
+        assert_eq!(r.lease.and_then(|l| l.holder_identity).as_deref(), Some("me"));
     }
 
     #[test]
@@ -2421,7 +2495,7 @@ mod tests {
         let (locks, leases, mut pods) = set_world();
         pods.push(set_pod("unserved", 5, "b,x", &[], true));
         let q = |locks: Option<&[DistributedLock]>| -> Vec<String> {
-            queue("ns", "b", &["uid-h"], &pods, &[], locks).into_iter().map(|c| c.name).collect()
+            queue("ns", "b", &["uid-h"], &pods, &[], locks, None).into_iter().map(|c| c.name).collect()
         };
         assert_eq!(q(Some(&locks)), ["m", "w"]);
         assert_eq!(q(None), ["unserved", "m", "w"], "without the locks nobody is left out");

@@ -168,6 +168,24 @@ pub async fn create(
     slot: u32,
     holder: Option<&Grant>,
     floor: i64,
+    ceiling: Option<i64>,
+) -> Result<Lease> {
+    let lease = created(lock, slot, holder, floor, ceiling, Timestamp::now())?;
+    call("create Lease", api.create(&PostParams::default(), &lease)).await
+}
+
+/// The Lease [`create`] posts: slot `slot`'s Lease of `lock`, granted to `holder` (or free),
+/// with floor `floor` and token ceiling `ceiling` ([`put_ceiling`]).
+///
+/// # Errors
+/// [`Error::MissingField`] when the lock has no UID (no ownerReference can name it).
+pub fn created(
+    lock: &DistributedLock,
+    slot: u32,
+    holder: Option<&Grant>,
+    floor: i64,
+    ceiling: Option<i64>,
+    now: Timestamp,
 ) -> Result<Lease> {
     let owner = lock.controller_owner_ref(&()).ok_or(Error::MissingField("metadata.uid"))?;
     let mut lease = Lease {
@@ -180,13 +198,15 @@ pub async fn create(
         },
         spec: Some(LeaseSpec::default()),
     };
-    apply_grant(&mut lease, lock, holder, Some(floor), None, Timestamp::now());
-    call("create Lease", api.create(&PostParams::default(), &lease)).await
+    apply_grant(&mut lease, lock, holder, Some(floor), None, now);
+    put_ceiling(&mut lease, ceiling);
+    Ok(lease)
 }
 
 /// Compare-and-swaps `observed` (with its resourceVersion) to `holder` (or to free), with the
-/// next-holder hint `next` (`None` removes it). `floor` re-floors a hand-edited Lease. When
-/// freeing, the last token is kept.
+/// next-holder hint `next` (`None` removes it) and the token ceiling `ceiling` ([`put_ceiling`]:
+/// the lock's reserved `status.tokenCeiling` the decision was made with, `None` for a semaphore's
+/// slot Lease). `floor` re-floors a hand-edited Lease. When freeing, the last token is kept.
 ///
 /// # Errors
 /// [`Error::Kube`] with 409 when the Lease changed since it was observed; 404 when it is gone.
@@ -197,23 +217,47 @@ pub async fn update(
     holder: Option<&Grant>,
     floor: Option<i64>,
     next: Option<&Next>,
+    ceiling: Option<i64>,
 ) -> Result<Lease> {
-    let mut lease = observed.clone();
-    let last_token = view(observed).token;
-    apply_grant(&mut lease, lock, holder, floor, Some(last_token), Timestamp::now());
-    put_next(&mut lease, next);
+    let lease = updated(lock, observed, holder, floor, next, ceiling, Timestamp::now());
     call("update Lease", api.replace(&lease.name_any(), &PostParams::default(), &lease)).await
 }
 
-/// Compare-and-swaps only the next-holder hint of `observed` to `next` (`None` removes it);
-/// holder, token and times stay as they are ([`crate::lock::grant::Decision::SetNext`]).
+/// The Lease [`update`] puts.
+pub fn updated(
+    lock: &DistributedLock,
+    observed: &Lease,
+    holder: Option<&Grant>,
+    floor: Option<i64>,
+    next: Option<&Next>,
+    ceiling: Option<i64>,
+    now: Timestamp,
+) -> Lease {
+    let mut lease = observed.clone();
+    let last_token = view(observed).token;
+    apply_grant(&mut lease, lock, holder, floor, Some(last_token), now);
+    put_next(&mut lease, next);
+    put_ceiling(&mut lease, ceiling);
+    lease
+}
+
+/// Compare-and-swaps only the next-holder hint of `observed` to `next` (`None` removes it) and
+/// the token ceiling to `ceiling` (as [`update`]); holder, token and times stay as they are
+/// ([`crate::lock::grant::Decision::SetNext`]).
 ///
 /// # Errors
 /// [`Error::Kube`] with 409 when the Lease changed since it was observed; 404 when it is gone.
-pub async fn set_next(api: &Api<Lease>, observed: &Lease, next: Option<&Next>) -> Result<Lease> {
+pub async fn set_next(api: &Api<Lease>, observed: &Lease, next: Option<&Next>, ceiling: Option<i64>) -> Result<Lease> {
+    let lease = with_next(observed, next, ceiling);
+    call("update Lease", api.replace(&lease.name_any(), &PostParams::default(), &lease)).await
+}
+
+/// The Lease [`set_next`] puts.
+pub fn with_next(observed: &Lease, next: Option<&Next>, ceiling: Option<i64>) -> Lease {
     let mut lease = observed.clone();
     put_next(&mut lease, next);
-    call("update Lease", api.replace(&lease.name_any(), &PostParams::default(), &lease)).await
+    put_ceiling(&mut lease, ceiling);
+    lease
 }
 
 fn apply_grant(
@@ -297,6 +341,39 @@ mod tests {
             l.metadata.annotations.as_mut().unwrap().insert(k.into(), v.into());
             assert_eq!(next(&l), None, "{k}={v}");
         }
+    }
+
+    /// Every Lease the operator writes carries the ceiling it was given (a single-holder
+    /// lock's reserved `status.tokenCeiling`) or none (a semaphore's slot), which replaces
+    /// whatever the observed Lease had.
+    #[test]
+    fn every_operator_lease_write_carries_the_ceiling_it_was_given() {
+        let mut lock = DistributedLock::new("l", Default::default());
+        lock.metadata.uid = Some("lock-uid".into());
+        lock.metadata.namespace = Some("ns".into());
+        let now = Timestamp::UNIX_EPOCH;
+        let g = Grant {
+            name: "c".into(),
+            identity: "me".into(),
+            uid: "c1/1".into(),
+            kind: HolderKind::Claim,
+            resource_version: "3".into(),
+            token: 5,
+            slot: 0,
+        };
+        let new = created(&lock, 0, Some(&g), 0, Some(20), now).unwrap();
+        assert_eq!(view(&new).ceiling, Some(20));
+        assert_eq!(new.annotations().get(TOKEN_CEILING_ANNOTATION).map(String::as_str), Some("20"));
+        assert_eq!(view(&created(&lock, 1, None, 0, None, now).unwrap()).ceiling, None);
+        // Update (grant, release, repair) and the hint alone: the given ceiling replaces the old.
+        let freed = updated(&lock, &new, None, None, None, Some(30), now);
+        assert_eq!((view(&freed).ceiling, view(&freed).holder, view(&freed).token), (Some(30), None, 5));
+        let n = Next { identity: "b".into(), uid: "c2/4".into(), token: 6 };
+        let hinted = with_next(&new, Some(&n), Some(40));
+        assert_eq!((view(&hinted).ceiling, view(&hinted).next), (Some(40), Some(n)));
+        // A semaphore's slot (or no reservation yet): removed.
+        assert_eq!(view(&updated(&lock, &hinted, None, None, None, None, now)).ceiling, None);
+        assert_eq!(view(&with_next(&hinted, None, Some(0))).ceiling, None);
     }
 
     #[test]

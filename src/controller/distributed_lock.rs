@@ -36,7 +36,8 @@ use crate::error::{Error, Result, call};
 use crate::lease;
 use crate::lock::fencing::parse_token;
 use crate::lock::grant::{
-    self, Candidate, Decision, Grant, HolderKind, MultiLock, Phase, Reject, RejectReason, Release, Settings, queue_of,
+    self, Candidate, Decision, Grant, HolderKind, LeaseView, MultiLock, Phase, Reject, RejectReason, Release, Settings,
+    queue_of,
 };
 use crate::lock::machine::{self, SlotLease, Snapshot};
 use crate::lock::policy;
@@ -161,18 +162,24 @@ async fn reconcile_lock(lock: Arc<DistributedLock>, ctx: Arc<Context>, started: 
         renew_marker: None,
         extra_slots: vec![],
         max_holders: lock.spec.max_holders.map(|n| n.max(1) as u32),
-        candidates,
+        candidates: vec![],
         ceiling: 0,
         highest_token: 0,
         slot_tokens: vec![],
         fresh_reservation: None,
     };
+    // The candidates as their objects have them (a standing claim at its claim object's own
+    // request: what `with_released` keeps the released list for); each step decides on them at
+    // the requests the lock's Lease names (`at_lease_request`: a standing claim that arrived by
+    // the Lease), recomputed from the Lease as this reconcile last read or wrote it.
+    let mut base = candidates;
     // Whether this reconcile has re-read a Lease after a 409 (once per reconcile).
     let mut reread = false;
     for _ in 0..MAX_STEPS {
         // Observe: the cached objects, overridden by what this reconcile's writes returned.
         let status = lock.status.clone().unwrap_or_default();
         snapshot.lease = leases[0].as_ref().map(lease::view);
+        snapshot.candidates = at_lease(&base, snapshot.lease.as_ref());
         snapshot.renew_marker = leases[0].as_ref().and_then(lease::renew_marker);
         snapshot.extra_slots = leases[1..]
             .iter()
@@ -207,6 +214,12 @@ async fn reconcile_lock(lock: Arc<DistributedLock>, ctx: Arc<Context>, started: 
             }
         }
         let (plan, slot, all_holders, next) = (step.plan, step.slot, step.holders, step.next);
+        // The token ceiling every Lease write of this step records (`leasehold.dev/token-ceiling`,
+        // what a standing claim's arrival by the Lease may take a token up to): the lock's
+        // reserved `status.tokenCeiling` this step decided with (after this reconcile's own
+        // Reserve, the fresh one), on the lock object that owns the Lease. None on a semaphore's
+        // slot Leases (each grant there reserves its own token).
+        let ceiling = lease_ceiling(&lock, &snapshot, slot);
         if leases.len() <= slot as usize {
             leases.resize(slot as usize + 1, None);
         }
@@ -219,7 +232,7 @@ async fn reconcile_lock(lock: Arc<DistributedLock>, ctx: Arc<Context>, started: 
                 snapshot.fresh_reservation = Some(from);
             }
             Decision::CreateLease { holder, floor } => {
-                let created = match lease::create(&lease_api, &lock, slot, holder.as_ref(), floor).await {
+                let created = match lease::create(&lease_api, &lock, slot, holder.as_ref(), floor, ceiling).await {
                     Ok(l) => l,
                     Err(e) if e.is_conflict() && slot > 0 => {
                         // A slot Lease that exists but is not in the cache: our own, not seen yet
@@ -250,27 +263,28 @@ async fn reconcile_lock(lock: Arc<DistributedLock>, ctx: Arc<Context>, started: 
                 }
                 let observed = leases[slot as usize].as_ref().ok_or(Error::MissingField("Lease"))?;
                 let replaced = observed.metadata.resource_version.clone();
-                let base = with_released(observed, &snapshot.candidates);
-                let written = match lease::update(&lease_api, &lock, &base, holder.as_ref(), floor, next.as_ref()).await
-                {
-                    Ok(w) => w,
-                    Err(e) if e.is_conflict() && !reread => {
-                        // The cache lagged behind the Lease (a holder released it right after
-                        // the watch event that woke us, or our own last write is not cached
-                        // yet): read it and decide again now, instead of 200 ms later. Safe: a
-                        // fresher view of one object (the model's caches catch up per kind at
-                        // any time), and the next write is again a compare-and-swap.
-                        count_conflict(&ctx.metrics, &e);
-                        reread = true;
-                        let lease_name = observed.name_any();
-                        leases[slot as usize] = call("get Lease", lease_api.get_opt(&lease_name)).await?;
-                        continue;
-                    }
-                    Err(e) => {
-                        count_conflict(&ctx.metrics, &e);
-                        return Err(e);
-                    }
-                };
+                let kept = with_released(observed, &base);
+                let written =
+                    match lease::update(&lease_api, &lock, &kept, holder.as_ref(), floor, next.as_ref(), ceiling).await
+                    {
+                        Ok(w) => w,
+                        Err(e) if e.is_conflict() && !reread => {
+                            // The cache lagged behind the Lease (a holder released it right after
+                            // the watch event that woke us, or our own last write is not cached
+                            // yet): read it and decide again now, instead of 200 ms later. Safe: a
+                            // fresher view of one object (the model's caches catch up per kind at
+                            // any time), and the next write is again a compare-and-swap.
+                            count_conflict(&ctx.metrics, &e);
+                            reread = true;
+                            let lease_name = observed.name_any();
+                            leases[slot as usize] = call("get Lease", lease_api.get_opt(&lease_name)).await?;
+                            continue;
+                        }
+                        Err(e) => {
+                            count_conflict(&ctx.metrics, &e);
+                            return Err(e);
+                        }
+                    };
                 remember_lease(&ctx, &ns, slot, replaced, &written);
                 leases[slot as usize] = Some(written);
                 // A claim whose grant this write took back shows `Expired` before the next
@@ -280,7 +294,9 @@ async fn reconcile_lock(lock: Arc<DistributedLock>, ctx: Arc<Context>, started: 
                 // handover's path carries no extra write; the release's Event comes after the grant.
                 if let Some(r) = &released {
                     let view = leases[slot as usize].as_ref().map(lease::view).unwrap_or_default();
-                    expire_claims(&ctx, &ns, &lock, &mut snapshot, slot, &view, Some(r)).await?;
+                    for c in expire_claims(&ctx, &ns, &lock, &snapshot, slot, &view, Some(r)).await? {
+                        absorb(&mut snapshot, &mut base, c, leases[0].as_ref());
+                    }
                 }
                 let granted = match holder {
                     Some(g) => {
@@ -313,14 +329,14 @@ async fn reconcile_lock(lock: Arc<DistributedLock>, ctx: Arc<Context>, started: 
                     record_release(&ctx, &lock, r).await;
                 }
                 if let Some(patched) = granted {
-                    snapshot.absorb_candidate(patched?);
+                    absorb(&mut snapshot, &mut base, patched?, leases[0].as_ref());
                 }
             }
             Decision::RepairLease { holder, floor } => {
                 let observed = leases[slot as usize].as_ref().ok_or(Error::MissingField("Lease"))?;
                 let replaced = observed.metadata.resource_version.clone();
-                let base = with_released(observed, &snapshot.candidates);
-                let written = lease::update(&lease_api, &lock, &base, Some(&holder), floor, None)
+                let kept = with_released(observed, &base);
+                let written = lease::update(&lease_api, &lock, &kept, Some(&holder), floor, None, ceiling)
                     .await
                     .inspect_err(|e| count_conflict(&ctx.metrics, e))?;
                 remember_lease(&ctx, &ns, slot, replaced, &written);
@@ -336,8 +352,8 @@ async fn reconcile_lock(lock: Arc<DistributedLock>, ctx: Arc<Context>, started: 
             Decision::SetNext => {
                 let observed = leases[slot as usize].as_ref().ok_or(Error::MissingField("Lease"))?;
                 let replaced = observed.metadata.resource_version.clone();
-                let base = with_released(observed, &snapshot.candidates);
-                match lease::set_next(&lease_api, &base, next.as_ref()).await {
+                let kept = with_released(observed, &base);
+                match lease::set_next(&lease_api, &kept, next.as_ref(), ceiling).await {
                     Ok(written) => {
                         remember_lease(&ctx, &ns, slot, replaced, &written);
                         leases[slot as usize] = Some(written);
@@ -368,10 +384,11 @@ async fn reconcile_lock(lock: Arc<DistributedLock>, ctx: Arc<Context>, started: 
                     // write is the grant); otherwise a grant whose claim status a crash left out.
                     ctx.metrics.grants.inc();
                 }
-                snapshot.absorb_candidate(patched);
+                absorb(&mut snapshot, &mut base, patched, leases[0].as_ref());
             }
             Decision::RecordTentative(g) => {
-                snapshot.absorb_candidate(record_on_holder(&ctx, &ns, &lock, &g, PodRecord::Tentative).await?);
+                let written = record_on_holder(&ctx, &ns, &lock, &g, PodRecord::Tentative).await?;
+                absorb(&mut snapshot, &mut base, written, leases[0].as_ref());
             }
             Decision::Withdraw(g) => {
                 let unserved = snapshot
@@ -394,7 +411,8 @@ async fn reconcile_lock(lock: Arc<DistributedLock>, ctx: Arc<Context>, started: 
                     ),
                     None => "for a waiter that comes first in the queue order".into(),
                 };
-                snapshot.absorb_candidate(record_on_holder(&ctx, &ns, &lock, &g, PodRecord::Withdrawn { why }).await?);
+                let written = record_on_holder(&ctx, &ns, &lock, &g, PodRecord::Withdrawn { why }).await?;
+                absorb(&mut snapshot, &mut base, written, leases[0].as_ref());
             }
             Decision::DeletePod { name: pod_name, uid } => {
                 let dp = DeleteParams {
@@ -413,17 +431,17 @@ async fn reconcile_lock(lock: Arc<DistributedLock>, ctx: Arc<Context>, started: 
                 );
                 ctx.event(&lock.object_ref(&()), EventType::Warning, "StartTimeout", note, "Reclaim").await;
                 match deleted.as_ref().and_then(|p| candidate_of_pod(p, &name, node_lost(&ctx, p))) {
-                    Some(c) => snapshot.absorb_candidate(c),
+                    Some(c) => absorb(&mut snapshot, &mut base, c, leases[0].as_ref()),
                     // Gone (or replaced): nothing more to decide until the watch says so.
-                    None => snapshot.candidates.retain(|c| c.uid != uid),
+                    None => forget(&mut snapshot, &mut base, &uid),
                 }
             }
             Decision::RejectWaiters(rejects) => {
                 for r in rejects {
                     let kind = snapshot.candidates.iter().find(|p| p.uid == r.uid).map_or(HolderKind::Pod, |p| p.kind);
                     match reject_waiter(&ctx, &ns, kind, &lock, &r).await? {
-                        Some(c) => snapshot.absorb_candidate(c),
-                        None => snapshot.candidates.retain(|c| c.uid != r.uid),
+                        Some(c) => absorb(&mut snapshot, &mut base, c, leases[0].as_ref()),
+                        None => forget(&mut snapshot, &mut base, &r.uid),
                     }
                 }
             }
@@ -432,7 +450,9 @@ async fn reconcile_lock(lock: Arc<DistributedLock>, ctx: Arc<Context>, started: 
                 // expiry write above failed, or an operator restarted in between).
                 for (k, l) in leases.iter().enumerate() {
                     let Some(view) = l.as_ref().map(lease::view).filter(|v| v.trusted) else { continue };
-                    expire_claims(&ctx, &ns, &lock, &mut snapshot, k as u32, &view, None).await?;
+                    for c in expire_claims(&ctx, &ns, &lock, &snapshot, k as u32, &view, None).await? {
+                        absorb(&mut snapshot, &mut base, c, leases[0].as_ref());
+                    }
                 }
                 ctx.failures.lock().unwrap_or_else(|e| e.into_inner()).remove(&lock_uid);
                 // Requests their holders released are over, as in `machine::step`: no waiter, no
@@ -441,7 +461,10 @@ async fn reconcile_lock(lock: Arc<DistributedLock>, ctx: Arc<Context>, started: 
                 let first_waiter = queue_of(&live)
                     .into_iter()
                     .find(|c| plan.holder.as_ref().is_none_or(|h| h.uid != c.uid))
-                    .map(|c| c.created);
+                    .map(|c| c.created)
+                    // A request known only from the Lease has no time of its own (it queues at
+                    // LEASE_ARRIVAL_QUEUED, the end of time): no oldest-waiter time for it.
+                    .filter(|t| *t != grant::LEASE_ARRIVAL_QUEUED);
                 let tentative = plan.holder.as_ref().and_then(|h| multi_of(&snapshot, h)).is_some_and(|c| c.gated);
                 let view = StatusView {
                     holder: &plan.holder,
@@ -518,6 +541,18 @@ fn count_conflict(m: &Metrics, e: &Error) {
     }
 }
 
+/// The `leasehold.dev/token-ceiling` of a Lease write to slot `slot` of `lock` decided on
+/// `snapshot` ([`lease::put_ceiling`]): the reserved `status.tokenCeiling` the decision was made
+/// with (`snapshot.ceiling`, read from `lock`, the object that owns the Lease, or written by this
+/// reconcile's own reservation) for a single-holder lock's Lease; `None` (removed) for a
+/// semaphore (`spec.maxHolders`) and any slot above 0, and while nothing is reserved.
+fn lease_ceiling(lock: &DistributedLock, snapshot: &Snapshot, slot: u32) -> Option<i64> {
+    let reserved = lock.status.as_ref().map_or(0, |s| s.token_ceiling);
+    (lock.spec.max_holders.is_none() && snapshot.max_holders.is_none() && slot == 0 && snapshot.ceiling > 0)
+        .then_some(snapshot.ceiling.min(reserved))
+        .filter(|c| *c > 0)
+}
+
 /// Candidates for `lock` in `ns`, from the caches: pods whose `leasehold.dev/lock` annotation
 /// names it (or that were granted it) and `DistributedLockClaim`s for it, in cache order
 /// ([`machine::step`] sorts them).
@@ -534,7 +569,7 @@ fn candidates_of(ctx: &Context, ns: &str, lock: &str) -> Vec<Candidate> {
         .state()
         .into_iter()
         .filter(|c| c.namespace().as_deref() == Some(ns))
-        .filter_map(|c| candidate_of_claim(&c, lock));
+        .filter_map(|c| candidate_of_claim(&c, lock, None));
     let mut written = ctx.holders_written.lock().unwrap_or_else(|e| e.into_inner());
     written.retain(|_, (_, _, at)| at.elapsed() < HOLDER_CACHE_LAG);
     pods.chain(claims).map(|c| newest(c, lock, &written)).collect()
@@ -696,10 +731,11 @@ fn slot_leases_of(
     (1..slots).map(|k| found.remove(&k)).collect()
 }
 
-/// The key of [`Context::holders_written`]: the holder's UID and the lock (a multi-lock pod is a
-/// different candidate for each lock of its set).
+/// The key of [`Context::holders_written`]: the holder's object UID and the lock (a multi-lock
+/// pod is a different candidate for each lock of its set). A standing claim's requests share one entry (the claim object's), as the claim object moves
+/// from request to request.
 fn written_key(holder_uid: &str, lock: &str) -> String {
-    format!("{holder_uid}/{lock}")
+    format!("{}/{lock}", grant::split_request_uid(holder_uid).0)
 }
 
 /// `cached`, or the holder as this operator's grant patch returned it when the cache still
@@ -842,23 +878,104 @@ pub fn candidate_of_pod(p: &Pod, lock: &str, node_lost: bool) -> Option<Candidat
 /// has a token in `status.tokens`, and it is gated until `status.phase` is `Granted` (or
 /// `Expired`, a granted set whose grant ended). It waits in FIFO order with no time limit.
 ///
-/// A standing claim (`spec.request = Some(r)`, issue 12) is the candidate of its current request
-/// only: UID [`grant::request_uid`]`(metadata.uid, r)`, created at `spec.requestTime` (fallback
-/// `metadata.creationTimestamp`), and its status counts only when `status.request == Some(r)`;
-/// a status of an older request leaves request r waiting (no token, not rejected, not granted).
-pub fn candidate_of_claim(c: &DistributedLockClaim, lock: &str) -> Option<Candidate> {
+/// A standing claim (`spec.request = Some(_)`, issue 12) is the candidate of its current request
+/// r only ([`grant::current_request`]: the highest of `spec.request`, `status.request` and the
+/// request the lock's slot-0 Lease `lease` names): UID [`grant::request_uid`]`(metadata.uid, r)`,
+/// and its status counts only when `status.request == Some(r)`; a status of an older request
+/// leaves request r waiting (no token, not rejected, not granted). It queues from
+/// `spec.requestTime` (fallback `metadata.creationTimestamp`), except a request known only from
+/// the Lease (a waiter that arrived by the Lease, [`grant::lease_arrival`]), which queues at
+/// [`grant::LEASE_ARRIVAL_QUEUED`] ([`at_lease_request`]). Without `lease` (`None`) it is the
+/// claim object's own request, max(`spec.request`, `status.request`): what
+/// [`grant::keep_released`] must be given ([`with_released`]).
+pub fn candidate_of_claim(c: &DistributedLockClaim, lock: &str, lease: Option<&LeaseView>) -> Option<Candidate> {
+    Some(at_lease_request(claim_object_candidate(c, lock)?, lease))
+}
+
+/// A standing claim's candidate `c` as the claim object has it (request max(`spec.request`,
+/// `status.request`)), moved to the request that `lease` (its lock's slot-0 Lease) names for it
+/// when that is higher ([`grant::lease_request`], as holder, next-holder hint or released
+/// request): a request its process made by writing the Lease itself, which the claim object
+/// does not show. That request is waiting (gated, no token; its status, of an older request,
+/// does not count) and queues at [`grant::LEASE_ARRIVAL_QUEUED`], after every request known from
+/// a claim object. Pods, one-shot claims and every other candidate are returned as they are.
+pub fn at_lease_request(c: Candidate, lease: Option<&LeaseView>) -> Candidate {
+    if c.kind != HolderKind::Claim || c.multi.is_some() {
+        return c;
+    }
+    let (object, Some(r)) = grant::split_request_uid(&c.uid) else { return c };
+    match lease.and_then(|l| grant::lease_request(l, object)) {
+        Some(known) if known > r => Candidate {
+            uid: grant::request_uid(object, known),
+            created: grant::LEASE_ARRIVAL_QUEUED,
+            gated: true,
+            phase: Phase::Pending,
+            token: None,
+            slot: 0,
+            waiting_for: None,
+            ..c
+        },
+        _ => c,
+    }
+}
+
+/// [`at_lease_request`] for every candidate.
+fn at_lease(base: &[Candidate], lease: Option<&LeaseView>) -> Vec<Candidate> {
+    base.iter().cloned().map(|c| at_lease_request(c, lease)).collect()
+}
+
+/// Folds `c`, as a write of this reconcile returned it (a claim at its object's own request, a
+/// pod), into `base`, and recomputes what the snapshot decides on from it at the requests that
+/// the lock's slot-0 Lease `lease0` (as last read or written) names ([`at_lease`]).
+fn absorb(snapshot: &mut Snapshot, base: &mut Vec<Candidate>, c: Candidate, lease0: Option<&Lease>) {
+    absorb_base(base, c);
+    snapshot.candidates = at_lease(base, lease0.map(lease::view).as_ref());
+}
+
+/// Drops the candidate of the object that candidate UID `uid` stands for (a pod, a claim, or a
+/// standing claim's request) from `base` and the snapshot.
+fn forget(snapshot: &mut Snapshot, base: &mut Vec<Candidate>, uid: &str) {
+    let object = grant::split_request_uid(uid).0;
+    base.retain(|c| grant::split_request_uid(&c.uid).0 != object);
+    snapshot.candidates.retain(|c| grant::split_request_uid(&c.uid).0 != object);
+}
+
+/// Replaces in `base` the candidate of the same object as `c` (a standing claim's candidate
+/// moves from request to request) by `c`, or adds it.
+fn absorb_base(base: &mut Vec<Candidate>, c: Candidate) {
+    let object = |x: &Candidate| (x.kind, grant::split_request_uid(&x.uid).0.to_string());
+    match base.iter_mut().find(|x| object(x) == object(&c)) {
+        Some(x) => {
+            let unservable = x.multi.as_ref().is_some_and(|m| m.unservable);
+            *x = c;
+            if let Some(m) = x.multi.as_mut() {
+                m.unservable |= unservable;
+            }
+        }
+        None => base.push(c),
+    }
+}
+
+/// The candidate of claim `c` for `lock` as the claim object alone has it ([`candidate_of_claim`]
+/// without the Lease).
+fn claim_object_candidate(c: &DistributedLockClaim, lock: &str) -> Option<Candidate> {
     if !c.spec.concerns(lock) {
         return None;
     }
     let object_uid = c.metadata.uid.clone()?;
     let (uid, created, status) = match c.spec.request {
         // A standing claim's request r: its own candidate, under its request UID, queued from
-        // when the process made it; the status counts only if it is that request's.
-        Some(r) => (
-            grant::request_uid(&object_uid, r),
-            c.spec.request_time.as_ref().map(|t| t.0).or(c.metadata.creation_timestamp.as_ref().map(|t| t.0))?,
-            c.status.clone().filter(|s| s.request == Some(r)).unwrap_or_default(),
-        ),
+        // when the process made it; the status counts only if it is that request's. A status
+        // above `spec.request` records a request that arrived by the Lease (its grant, or its
+        // rejection): that is the claim's request now.
+        Some(spec) => {
+            let r = spec.max(c.status.as_ref().and_then(|s| s.request).unwrap_or(0));
+            (
+                grant::request_uid(&object_uid, r),
+                c.spec.request_time.as_ref().map(|t| t.0).or(c.metadata.creation_timestamp.as_ref().map(|t| t.0))?,
+                c.status.clone().filter(|s| s.request == Some(r)).unwrap_or_default(),
+            )
+        }
         None => (object_uid, c.metadata.creation_timestamp.as_ref()?.0, c.status.clone().unwrap_or_default()),
     };
     let set = c.spec.lock_set();
@@ -952,6 +1069,11 @@ fn rejection_status(reason: &str, message: &str, request: Option<i64>) -> serde_
 /// ([`grant::keep_released`] over `candidates`, every pod and claim candidate of the lock as the
 /// snapshot has them): the base of every Lease update the operator makes, so a released request
 /// stays listed while its claim may still be at that request, and the list stays short.
+///
+/// `candidates` must be the claim objects' own requests ([`candidate_of_claim`] without the
+/// Lease), never moved to a request the Lease names ([`at_lease_request`]): a hint that a waiter
+/// wrote itself (request r + 1) and that this write displaces must not drop that claim's entry
+/// for request r, or request r, released, would look like a waiter again and be granted twice.
 fn with_released(observed: &Lease, candidates: &[Candidate]) -> Lease {
     let mut lease = observed.clone();
     let kept = grant::keep_released(&lease::released(observed), candidates);
@@ -1057,7 +1179,7 @@ async fn patch_holder(
                 api.patch_status(&g.name, &PatchParams::default(), &Patch::Merge(&patch)),
             )
             .await?;
-            (claim.object_ref(&()), candidate_of_claim(&claim, &lock.name_any()))
+            (claim.object_ref(&()), candidate_of_claim(&claim, &lock.name_any(), None))
         }
         HolderKind::Claim => {
             let api: Api<DistributedLockClaim> = Api::namespaced(ctx.client.clone(), ns);
@@ -1071,7 +1193,7 @@ async fn patch_holder(
             let claim =
                 call("patch claim status", api.patch_status(&g.name, &PatchParams::default(), &Patch::Merge(&patch)))
                     .await?;
-            (claim.object_ref(&()), candidate_of_claim(&claim, &lock.name_any()))
+            (claim.object_ref(&()), candidate_of_claim(&claim, &lock.name_any(), None))
         }
     };
     let holder = holder.ok_or(Error::MissingField("metadata"))?;
@@ -1137,7 +1259,7 @@ async fn record_on_claim(
     let ns = lock.namespace().unwrap_or_default();
     let api: Api<DistributedLockClaim> = Api::namespaced(ctx.client.clone(), &ns);
     let claim = call(what_call, api.patch_status(&g.name, &PatchParams::default(), &Patch::Merge(&patch))).await?;
-    let candidate = candidate_of_claim(&claim, &lock_name).ok_or(Error::MissingField("metadata"))?;
+    let candidate = candidate_of_claim(&claim, &lock_name, None).ok_or(Error::MissingField("metadata"))?;
     remember_written(ctx, lock, g, &candidate);
     tracing::info!(lock = %lock_name, claim = %g.name, token = g.token, reason, "multi-lock claim updated");
     if matches!(what, PodRecord::Withdrawn { .. }) {
@@ -1260,7 +1382,7 @@ async fn reject_waiter(
             let patch = json!({ "metadata": metadata, "status": status });
             call("reject claim", api.patch_status(&r.name, &pp, &Patch::Merge(&patch)))
                 .await
-                .map(|c| (c.object_ref(&()), candidate_of_claim(&c, &lock.name_any())))
+                .map(|c| (c.object_ref(&()), candidate_of_claim(&c, &lock.name_any(), None)))
         }
     };
     let (waiter_ref, waiter) = match written {
@@ -1330,16 +1452,17 @@ async fn announce_waiters(
 /// `released` is the release this reconcile just wrote (its reason goes into the status);
 /// otherwise the reason is `GrantEnded`. The patch carries the claim's UID and the
 /// resourceVersion it was seen with, so a claim that changed since is looked at again by the
-/// next reconcile rather than overwritten (409 and 404 are ignored here).
+/// next reconcile rather than overwritten (409 and 404 are ignored here). Returns the claims as
+/// the expiry patches returned them (their objects' own requests), for the caller to absorb.
 async fn expire_claims(
     ctx: &Context,
     ns: &str,
     lock: &DistributedLock,
-    snapshot: &mut Snapshot,
+    snapshot: &Snapshot,
     slot: u32,
     lease: &grant::LeaseView,
     released: Option<&Release>,
-) -> Result<()> {
+) -> Result<Vec<Candidate>> {
     let (lease_token, holder_uid) = (lease.token, lease.holder.as_ref().and_then(|h| h.uid.clone()));
     let expired: Vec<Candidate> = snapshot
         .candidates
@@ -1360,18 +1483,16 @@ async fn expire_claims(
         // grant this reconcile took back itself marks it `Expired` (its process learns any
         // loss from its own renewals).
         .filter(|c| c.multi.is_none() || released.is_some_and(|r| r.name == c.identity))
-        // Only a claim that still shows Granted, as the cache has it at the version decided on
-        // (a claim this reconcile just wrote is newer than the cache: left to the next one).
+        // Only a claim that still shows Granted at the version decided on: as the cache has it,
+        // or as this operator's own grant patch returned it (the cache lags behind that write).
         .filter(|c| {
-            ctx.claims.state().iter().any(|x| {
-                x.metadata.uid.as_deref() == Some(grant::split_request_uid(&c.uid).0)
-                    && x.metadata.resource_version.as_deref() == Some(c.resource_version.as_str())
-                    && x.status.as_ref().and_then(|s| s.phase) == Some(ClaimPhase::Granted)
-            })
+            let written = ctx.holders_written.lock().unwrap_or_else(|e| e.into_inner());
+            shows_granted(c, &lock.name_any(), &ctx.claims.state(), &written)
         })
         .cloned()
         .collect();
     let api: Api<DistributedLockClaim> = Api::namespaced(ctx.client.clone(), ns);
+    let mut written = vec![];
     for c in expired {
         let (why, message) = match released.filter(|r| r.name == c.identity) {
             Some(r) if r.reason == grant::ReleaseReason::Expired => (
@@ -1409,15 +1530,37 @@ async fn expire_claims(
             Ok(claim) => {
                 tracing::info!(lock = %lock.name_any(), claim = %c.name, reason = why, "claim grant expired");
                 ctx.event(&claim.object_ref(&()), EventType::Warning, "GrantExpired", message, "Expire").await;
-                if let Some(c) = candidate_of_claim(&claim, &lock.name_any()) {
-                    snapshot.absorb_candidate(c);
-                }
+                written.extend(candidate_of_claim(&claim, &lock.name_any(), None));
             }
             Err(e) if e.is_conflict() || e.is_not_found() => {}
             Err(e) => return Err(e),
         }
     }
-    Ok(())
+    Ok(written)
+}
+
+/// Whether claim candidate `c` (of lock `lock`) still shows `Granted` at the version it was
+/// decided on (`c.resource_version`): the cached claim (`cached`) at that version with
+/// `status.phase: Granted`, or the copy this operator's own grant patch returned
+/// ([`Context::holders_written`], [`remember_written`]) at that version and granted. Without the
+/// second, a grant written and taken back in the same reconcile (the cache has not seen the
+/// grant yet) kept showing `Granted` beside the next holder's (chaos run, 2026-12-05: a recreated
+/// Lease later adopted the stale grant and the waiter was answered 20 s late).
+fn shows_granted(
+    c: &Candidate,
+    lock: &str,
+    cached: &[Arc<DistributedLockClaim>],
+    written: &HashMap<String, (String, Candidate, Instant)>,
+) -> bool {
+    let in_cache = cached.iter().any(|x| {
+        x.metadata.uid.as_deref() == Some(grant::split_request_uid(&c.uid).0)
+            && x.metadata.resource_version.as_deref() == Some(c.resource_version.as_str())
+            && x.status.as_ref().and_then(|s| s.phase) == Some(ClaimPhase::Granted)
+    });
+    in_cache
+        || written
+            .get(&written_key(&c.uid, lock))
+            .is_some_and(|(_, w, _)| w.resource_version == c.resource_version && !w.gated)
 }
 
 async fn record_release(ctx: &Context, lock: &DistributedLock, r: &Release) {
@@ -1697,6 +1840,66 @@ mod tests {
         assert_eq!(newest(claim("5", None), "m", &written), claim("5", None));
     }
 
+    /// A claim whose grant this reconcile just wrote (the cache still shows it waiting) counts as
+    /// showing `Granted` at the written version, so taking that grant back marks it `Expired`.
+    #[test]
+    fn a_grant_written_in_this_reconcile_shows_granted_for_the_expiry() {
+        let granted = claim("6", Some(7));
+        let key = written_key(&granted.uid, "l");
+        let written = HashMap::from([(key, ("5".to_string(), granted.clone(), Instant::now()))]);
+        // The cache still has the claim waiting, at the version the grant patch replaced.
+        let mut waiting = standing_claim(1, json!(null));
+        waiting.metadata.uid = Some(granted.uid.clone());
+        waiting.metadata.resource_version = Some("5".into());
+        let cached_waiting = Arc::new(waiting);
+        // Not in the cache at version 6: only the written copy says Granted.
+        assert!(!shows_granted(&granted, "l", std::slice::from_ref(&cached_waiting), &HashMap::new()));
+        assert!(shows_granted(&granted, "l", std::slice::from_ref(&cached_waiting), &written));
+        // A different version than the written one, a gated written copy, or another lock: no.
+        assert!(!shows_granted(&claim("8", Some(7)), "l", std::slice::from_ref(&cached_waiting), &written));
+        let gated =
+            HashMap::from([(written_key(&granted.uid, "l"), ("5".to_string(), claim("6", None), Instant::now()))]);
+        assert!(!shows_granted(&granted, "l", std::slice::from_ref(&cached_waiting), &gated));
+        assert!(!shows_granted(&granted, "m", &[cached_waiting], &written));
+        // The cache at that version showing Granted is enough on its own.
+        let mut cached = standing_claim(1, json!({"phase": "Granted", "token": 7, "request": 1}));
+        cached.metadata.uid = Some(granted.uid.clone());
+        cached.metadata.resource_version = Some("6".into());
+        assert!(shows_granted(&granted, "l", &[Arc::new(cached)], &HashMap::new()));
+    }
+
+    /// A single-holder lock's Lease writes record the reserved ceiling decided with; a
+    /// semaphore's (and any slot above 0) none.
+    #[test]
+    fn only_a_single_holder_locks_lease_records_the_reserved_ceiling() {
+        let mut lock = DistributedLock::new("l", Default::default());
+        lock.status = Some(DistributedLockStatus { token_ceiling: 120, ..Default::default() });
+        let snapshot = Snapshot {
+            settings: Settings {
+                start_timeout: Duration::from_secs(1),
+                node_loss_timeout: Duration::from_secs(1),
+                lease_duration: Duration::from_secs(1),
+                claim_record_delay: Duration::ZERO,
+            },
+            lease: None,
+            renew_marker: None,
+            extra_slots: vec![],
+            max_holders: None,
+            candidates: vec![],
+            ceiling: 120,
+            highest_token: 0,
+            slot_tokens: vec![],
+            fresh_reservation: None,
+        };
+        assert_eq!(lease_ceiling(&lock, &snapshot, 0), Some(120));
+        assert_eq!(lease_ceiling(&lock, &snapshot, 1), None);
+        let nothing_reserved = Snapshot { ceiling: 0, ..snapshot.clone() };
+        lock.status = None;
+        assert_eq!(lease_ceiling(&lock, &nothing_reserved, 0), None);
+        lock.spec.max_holders = Some(2);
+        assert_eq!(lease_ceiling(&lock, &Snapshot { max_holders: Some(2), ..snapshot }, 0), None);
+    }
+
     #[test]
     fn the_status_digest_ignores_condition_times_and_the_token_ceiling_only() {
         let mut a = DistributedLockStatus { highest_token: 3, waiting: 1, ..Default::default() };
@@ -1795,24 +1998,24 @@ mod tests {
         };
         // Waiting, a recorded (tentative), b withdrawn once: gated for both locks.
         let c = claim(json!({"phase": "Waiting", "tokens": {"a": 7}, "withdrawn": {"b": 4}}));
-        let a = candidate_of_claim(&c, "a").unwrap();
+        let a = candidate_of_claim(&c, "a", None).unwrap();
         assert_eq!((a.token, a.gated, a.phase, a.kind), (Some(7), true, Phase::Pending, HolderKind::Claim));
         assert_eq!(a.multi, Some(MultiLock { withdrawn: 0, others_recorded: false, unservable: false }));
-        let b = candidate_of_claim(&c, "b").unwrap();
+        let b = candidate_of_claim(&c, "b", None).unwrap();
         assert_eq!(b.token, None);
         assert_eq!(b.multi, Some(MultiLock { withdrawn: 4, others_recorded: true, unservable: false }));
         // A set waits in FIFO order whatever its busy policy says (the CRD refuses one anyway).
         assert_eq!(b.on_busy, policy::BusyPolicy::Wait);
-        assert!(candidate_of_claim(&c, "c").is_none());
+        assert!(candidate_of_claim(&c, "c", None).is_none());
         // Granted (the commit): a holder of both, with each lock's own token; Expired stays one.
         for phase in ["Granted", "Expired"] {
             let c = claim(json!({"phase": phase, "tokens": {"a": 7, "b": 5}}));
-            let b = candidate_of_claim(&c, "b").unwrap();
+            let b = candidate_of_claim(&c, "b", None).unwrap();
             assert_eq!((b.token, b.gated, b.phase), (Some(5), false, Phase::Running), "{phase}");
         }
         // Rejected (it stopped renewing a tentative grant): terminal, never a waiter again.
         let c = claim(json!({"phase": "Rejected", "tokens": {"a": 7}}));
-        let a = candidate_of_claim(&c, "a").unwrap();
+        let a = candidate_of_claim(&c, "a", None).unwrap();
         assert!(a.is_terminal() && !a.is_waiter());
     }
 
@@ -1880,19 +2083,20 @@ mod tests {
     /// rejection leaves it waiting).
     #[test]
     fn a_standing_claim_is_the_candidate_of_its_current_request_only() {
-        let c = candidate_of_claim(&standing_claim(2, json!(null)), "l").unwrap();
+        let c = candidate_of_claim(&standing_claim(2, json!(null)), "l", None).unwrap();
         assert_eq!(c.uid, "c1/2");
         assert_eq!(c.created, "2026-12-05T10:05:00.25Z".parse::<Timestamp>().unwrap());
         assert_eq!((c.phase, c.gated, c.token), (Phase::Pending, true, None));
         // Request 1's grant and rejection are not request 2's.
         for old in [json!({"phase": "Granted", "token": 4, "request": 1}), json!({"phase": "Rejected", "request": 1})] {
-            let c = candidate_of_claim(&standing_claim(2, old.clone()), "l").unwrap();
+            let c = candidate_of_claim(&standing_claim(2, old.clone()), "l", None).unwrap();
             assert_eq!((c.phase, c.gated, c.token), (Phase::Pending, true, None), "{old}");
         }
         let c =
-            candidate_of_claim(&standing_claim(2, json!({"phase": "Granted", "token": 5, "request": 2})), "l").unwrap();
+            candidate_of_claim(&standing_claim(2, json!({"phase": "Granted", "token": 5, "request": 2})), "l", None)
+                .unwrap();
         assert_eq!((c.phase, c.gated, c.token), (Phase::Running, false, Some(5)));
-        let c = candidate_of_claim(&standing_claim(2, json!({"phase": "Rejected", "request": 2})), "l").unwrap();
+        let c = candidate_of_claim(&standing_claim(2, json!({"phase": "Rejected", "request": 2})), "l", None).unwrap();
         assert_eq!(c.phase, Phase::Failed);
     }
 
@@ -1925,7 +2129,7 @@ mod tests {
         }
         let mut claim = standing_claim(2, json!(null));
         claim.status = serde_json::from_value(serde_json::Value::Object(status)).unwrap();
-        let c = candidate_of_claim(&claim, "l").unwrap();
+        let c = candidate_of_claim(&claim, "l", None).unwrap();
         assert_eq!((c.phase, c.token, c.gated), (Phase::Failed, None, true));
         let one_shot = rejection_status("LockBusy", "busy", None);
         assert!(one_shot.get("token").is_none() && one_shot.get("request").is_none(), "{one_shot}");
@@ -1937,13 +2141,91 @@ mod tests {
     fn an_operator_lease_write_keeps_the_released_requests_that_still_matter() {
         let mut observed = Lease::default();
         lease::put_released(&mut observed, &["c1/1".into(), "c2/4".into()]);
-        let c2 = candidate_of_claim(&standing_claim(5, json!(null)), "l").map(|mut c| {
+        let c2 = candidate_of_claim(&standing_claim(5, json!(null)), "l", None).map(|mut c| {
             c.uid = "c2/5".into();
             c
         });
-        let c1 = candidate_of_claim(&standing_claim(1, json!(null)), "l").unwrap();
+        let c1 = candidate_of_claim(&standing_claim(1, json!(null)), "l", None).unwrap();
         let written = with_released(&observed, &[c1, c2.unwrap()]);
         assert_eq!(lease::released(&written), vec!["c1/1".to_string()]);
+    }
+
+    /// The lock's Lease with holder `holder` (a request UID), the next-holder hint `next` and
+    /// the released list `released`.
+    fn lease_naming(holder: Option<&str>, next: Option<&str>, released: &[&str]) -> LeaseView {
+        LeaseView {
+            holder: holder.map(|u| grant::Holder { name: "h".into(), uid: Some(u.into()), kind: HolderKind::Claim }),
+            token: 7,
+            trusted: true,
+            next: next.map(|u| grant::Next { identity: "me".into(), uid: u.into(), token: 8 }),
+            released: released.iter().map(|r| r.to_string()).collect(),
+            ceiling: Some(100),
+            ..LeaseView::default()
+        }
+    }
+
+    /// A standing claim that arrived by the Lease (a hint it wrote itself, request 3 while its
+    /// claim object says 2) is the candidate of request 3: waiting, no token (request 2's grant
+    /// is not request 3's), queued after every request known from a claim object.
+    #[test]
+    fn a_request_known_only_from_the_lease_is_a_waiter_queued_last() {
+        let claim = standing_claim(2, json!({"phase": "Granted", "token": 5, "request": 2}));
+        let hinted = lease_naming(Some("other/1"), Some("c1/3"), &["c1/2"]);
+        let c = candidate_of_claim(&claim, "l", Some(&hinted)).unwrap();
+        assert_eq!(c.uid, "c1/3");
+        assert_eq!((c.phase, c.gated, c.token, c.created), (Phase::Pending, true, None, grant::LEASE_ARRIVAL_QUEUED));
+        assert!(c.is_waiter());
+        // Taken by the Lease (it is the holder there): the same, and the operator records it.
+        let taken = lease_naming(Some("c1/3"), None, &["c1/2"]);
+        assert_eq!(candidate_of_claim(&claim, "l", Some(&taken)).unwrap().uid, "c1/3");
+        // A Lease that names only older requests, or none, or another claim's: the object's own.
+        for l in [lease_naming(Some("c1/1"), None, &["c1/2"]), lease_naming(None, Some("c9/7"), &[])] {
+            let c = candidate_of_claim(&claim, "l", Some(&l)).unwrap();
+            assert_eq!((c.uid.as_str(), c.token), ("c1/2", Some(5)));
+        }
+        // Once recorded (status.request 3 above spec.request 2), the status counts and the
+        // request queues from spec.requestTime again.
+        let recorded = standing_claim(2, json!({"phase": "Granted", "token": 8, "request": 3}));
+        for lease in [None, Some(&taken)] {
+            let c = candidate_of_claim(&recorded, "l", lease).unwrap();
+            assert_eq!((c.uid.as_str(), c.phase, c.token), ("c1/3", Phase::Running, Some(8)));
+            assert_eq!(c.created, "2026-12-05T10:05:00.25Z".parse::<Timestamp>().unwrap());
+        }
+        // A request the Lease lists as released, above the object's: over (machine::step and
+        // `unreleased` leave it out).
+        let released = lease_naming(None, None, &["c1/3"]);
+        let c = candidate_of_claim(&claim, "l", Some(&released)).unwrap();
+        assert_eq!(c.uid, "c1/3");
+        let mut l = Lease::default();
+        lease::put_released(&mut l, &["c1/3".into()]);
+        assert!(unreleased(&[c], &[Some(l)]).is_empty());
+    }
+
+    /// The released list an operator write keeps is decided on the claim objects' own requests,
+    /// not on a request only the Lease names: when the operator replaces a hint that waiter c1
+    /// wrote itself (request 3) by an older waiter's, c1's entry for request 2 stays; otherwise
+    /// request 2, released, would look like a waiter again and be granted a second time.
+    #[test]
+    fn the_released_list_is_kept_for_the_claim_objects_requests_not_the_leases() {
+        let claim = standing_claim(2, json!(null));
+        let mut observed = Lease::default();
+        lease::put_released(&mut observed, &["c1/2".into()]);
+        lease::put_next(&mut observed, Some(&grant::Next { identity: "me".into(), uid: "c1/3".into(), token: 8 }));
+        let base = candidate_of_claim(&claim, "l", None).unwrap();
+        assert_eq!(base.uid, "c1/2");
+        assert_eq!(lease::released(&with_released(&observed, std::slice::from_ref(&base))), vec!["c1/2".to_string()]);
+        // What the bumped candidate would do (and why it is not given): drop the entry.
+        let bumped = at_lease_request(base.clone(), Some(&lease::view(&observed)));
+        assert_eq!(bumped.uid, "c1/3");
+        assert!(lease::released(&with_released(&observed, &[bumped])).is_empty());
+        // The reconcile's bookkeeping: a write's answer replaces the same object's candidate
+        // whatever request it is at, and the snapshot is recomputed at the Lease's requests.
+        let mut snapshot_base = vec![base];
+        let recorded =
+            candidate_of_claim(&standing_claim(2, json!({"phase": "Granted", "token": 8, "request": 3})), "l", None);
+        absorb_base(&mut snapshot_base, recorded.unwrap());
+        assert_eq!(snapshot_base.len(), 1);
+        assert_eq!((snapshot_base[0].uid.as_str(), snapshot_base[0].token), ("c1/3", Some(8)));
     }
 
     #[test]

@@ -7,7 +7,8 @@ pub mod trim;
 pub mod workload;
 
 pub use distributed_lock::{
-    candidate_of_claim, candidate_of_pod, lock_set_not_served_note, lock_set_unservable_among, pod_concerns_lock,
+    at_lease_request, candidate_of_claim, candidate_of_pod, lock_set_not_served_note, lock_set_unservable_among,
+    pod_concerns_lock,
 };
 
 use std::collections::HashMap;

@@ -144,6 +144,8 @@ pub struct DistributedLockClaimStatus {
     /// Absent: a one-shot claim (the operator sets it in every status it writes for a standing
     /// claim, so a standing claim's status without it describes none of its requests). A status
     /// for an older request than `spec.request` says nothing about the current one, which waits.
+    /// It may be above `spec.request`: a request the claim's process made by writing the lock's
+    /// Lease itself (an arrival by the Lease, issue 12), which the operator records here.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request: Option<i64>,
     /// Fencing token of the grant (set once, when granted).
