@@ -527,9 +527,19 @@ impl Holder {
                 let request = next_request(c.request, c.spec_request);
                 // A plain waiter (issue 12) arrives by the Lease when it can: one write, and the
                 // operator writes nothing for it.
+                // A Lease write that failed without a conflict may have landed, its answer lost: a
+                // grant it took would then be the Lease's since before the write was sent, so the
+                // request's time (its renew deadline) counts from then, not from the patch below.
+                let mut sent = None;
                 if on_busy == OnBusy::Wait
                     && !lock_state(&self.standing).lease_refused
-                    && let Some((arrived, queued)) = self.arrive_by_lease(&c.uid, request).await
+                    && let Some((arrived, queued)) = match self.arrive_by_lease(&c.uid, request).await {
+                        Ok(a) => Some(a),
+                        Err(maybe_landed) => {
+                            sent = maybe_landed;
+                            None
+                        }
+                    }
                 {
                     if let Some(s) = lock_state(&self.standing).claim.as_mut().filter(|s| s.uid == c.uid) {
                         s.request = request;
@@ -549,8 +559,9 @@ impl Holder {
                     }));
                 }
                 // Taken before the patch is sent: no operator can grant the request, nor start
-                // its expiry clock, before the patch lands.
-                let queued = Instant::now();
+                // its expiry clock, before the patch lands (or before the Lease write above, if
+                // that may have landed).
+                let queued = sent.unwrap_or_else(Instant::now);
                 let body = serde_json::json!({
                     "metadata": { "uid": c.uid },
                     "spec": { "request": request, "requestTime": MicroTime(Timestamp::now()) },
@@ -637,20 +648,28 @@ impl Holder {
     /// and, when [`lease_arrival`] allows it, one compare-and-swap PUT (the resourceVersion read)
     /// that names the request as the next-holder hint (the holder's release hands over to it) or,
     /// on a free Lease, takes it (the grant, written by the waiter). Returns how it arrived and
-    /// when the write was sent (this process's monotonic clock); `None` when it must arrive by
-    /// its claim instead: no such arrival allowed, the Lease missing, or the read or the write
-    /// failed (409 or any other error).
-    async fn arrive_by_lease(&self, object_uid: &str, request: i64) -> Option<(LeaseArrived, Instant)> {
+    /// when the write was sent (this process's monotonic clock).
+    ///
+    /// # Errors
+    /// It must arrive by its claim instead: `Err(None)` when no such arrival is allowed, the
+    /// Lease is missing, the read failed or the write was refused (an API status such as 409 or
+    /// 403: it did not land); `Err(Some(sent))` when the write failed otherwise (a timeout, a
+    /// lost connection) and so may have landed: a grant it took then counts from `sent`.
+    async fn arrive_by_lease(
+        &self,
+        object_uid: &str,
+        request: i64,
+    ) -> Result<(LeaseArrived, Instant), Option<Instant>> {
         let leases: Api<Lease> = Api::namespaced(self.client.clone(), &self.namespace);
         let mut lease = match leases.get_opt(&self.lock).await {
-            Ok(l) => l?,
+            Ok(l) => l.ok_or(None)?,
             Err(e) => {
                 tracing::debug!(error = %e, "reading the Lease for an arrival failed: arriving by the claim");
-                return None;
+                return Err(None);
             }
         };
         let uid = request_uid(object_uid, request);
-        let arrival = lease_arrival(&crate::lease::view(&lease), &self.identity, &uid)?;
+        let arrival = lease_arrival(&crate::lease::view(&lease), &self.identity, &uid).ok_or(None)?;
         let time = Timestamp::now();
         match &arrival {
             LeaseArrival::Hint(next) => crate::lease::put_next(&mut lease, Some(next)),
@@ -660,7 +679,7 @@ impl Holder {
         // clock for it) before the write lands.
         let queued = Instant::now();
         match leases.replace(&self.lock, &PostParams::default(), &lease).await {
-            Ok(written) => Some((
+            Ok(written) => Ok((
                 match arrival {
                     LeaseArrival::Hint(_) => {
                         LeaseArrived::Hint { time, rv: written.resource_version().unwrap_or_default() }
@@ -674,7 +693,12 @@ impl Holder {
                 if is_forbidden(&e) {
                     lock_state(&self.standing).lease_refused = true;
                 }
-                None
+                // Refused (a conflict, a status answer): it did not land. Anything else (a lost
+                // answer, a timeout) may have.
+                Err(match &e {
+                    kube::Error::Api(_) => None,
+                    _ => Some(queued),
+                })
             }
         }
     }

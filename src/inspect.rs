@@ -984,7 +984,13 @@ pub fn explain_claim(
     let lease0 = slots.first().and_then(|s| s.lease()).map(lease::view);
     let request = claim.spec.request.map(|spec| {
         let status = claim.status.as_ref().and_then(|s| s.request);
-        grant::current_request(spec, status, lease0.as_ref(), claim.metadata.uid.as_deref().unwrap_or_default())
+        grant::current_request(
+            spec,
+            status,
+            lease0.as_ref(),
+            claim.metadata.uid.as_deref().unwrap_or_default(),
+            &claim.spec.identity,
+        )
     });
     let by_lease = request.is_some_and(|r| {
         r > claim.spec.request.unwrap_or(0).max(claim.status.as_ref().and_then(|s| s.request).unwrap_or(0))

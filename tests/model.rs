@@ -776,8 +776,8 @@ fn claim_uid(object: &str, request: u8, standing: bool) -> String {
 
 /// The request standing claim `c` is at, as `grant::current_request` reads it from its spec, its
 /// status and (if given) the Lease.
-fn effective_request(c: &ClaimObj, lease: Option<&LeaseView>) -> u8 {
-    let r = grant::current_request(c.request.into(), Some(c.status_request.into()), lease, &c.uid);
+fn effective_request(c: &ClaimObj, lease: Option<&LeaseView>, identity: &str) -> u8 {
+    let r = grant::current_request(c.request.into(), Some(c.status_request.into()), lease, &c.uid, identity);
     u8::try_from(r).unwrap()
 }
 
@@ -857,7 +857,7 @@ fn snapshot_of(view: &View, fresh_reservation: Option<i64>, cfg: &Config, by_lea
         // last (`grant::LEASE_ARRIVAL_QUEUED`). The status counts for the request it is about;
         // Rejected wins over a token.
         let by_lease = by_lease || cfg.bug == Some(Bug::KeepByLeaseRequests);
-        let request = effective_request(c, lease0.as_ref().filter(|_| by_lease && cfg.requests > 1));
+        let request = effective_request(c, lease0.as_ref().filter(|_| by_lease && cfg.requests > 1), CLAIM_NAMES[i]);
         let lease_only = request > c.request.max(c.status_request);
         let current = c.status_request == request;
         let (rejected, token, slot) = if current { (c.rejected, c.token, c.slot) } else { (false, None, 0) };
@@ -1465,7 +1465,7 @@ impl World {
             let Some(c) = c else { continue };
             // The request the operator reads (`grant::current_request`), and a process waiting
             // with a later one that nothing names: only its own re-arrival could tell anyone.
-            let request = effective_request(c, lease0.as_ref());
+            let request = effective_request(c, lease0.as_ref(), CLAIM_NAMES[i]);
             let p = &self.procs[i];
             let unseen = !p.done && request < p.req();
             if (unseen

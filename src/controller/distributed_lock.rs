@@ -904,7 +904,7 @@ pub fn at_lease_request(c: Candidate, lease: Option<&LeaseView>) -> Candidate {
         return c;
     }
     let (object, Some(r)) = grant::split_request_uid(&c.uid) else { return c };
-    match lease.and_then(|l| grant::lease_request(l, object)) {
+    match lease.and_then(|l| grant::lease_request(l, object, &c.identity)) {
         Some(known) if known > r => Candidate {
             uid: grant::request_uid(object, known),
             created: grant::LEASE_ARRIVAL_QUEUED,
@@ -2154,7 +2154,7 @@ mod tests {
     /// the released list `released`.
     fn lease_naming(holder: Option<&str>, next: Option<&str>, released: &[&str]) -> LeaseView {
         LeaseView {
-            holder: holder.map(|u| grant::Holder { name: "h".into(), uid: Some(u.into()), kind: HolderKind::Claim }),
+            holder: holder.map(|u| grant::Holder { name: "me".into(), uid: Some(u.into()), kind: HolderKind::Claim }),
             token: 7,
             trusted: true,
             next: next.map(|u| grant::Next { identity: "me".into(), uid: u.into(), token: 8 }),
@@ -2178,6 +2178,10 @@ mod tests {
         // Taken by the Lease (it is the holder there): the same, and the operator records it.
         let taken = lease_naming(Some("c1/3"), None, &["c1/2"]);
         assert_eq!(candidate_of_claim(&claim, "l", Some(&taken)).unwrap().uid, "c1/3");
+        // Under another identity (a forged arrival naming this claim's UID): not this claim's.
+        let mut forged = taken.clone();
+        forged.holder.as_mut().unwrap().name = "mallory".into();
+        assert_eq!(candidate_of_claim(&claim, "l", Some(&forged)).unwrap().uid, "c1/2");
         // A Lease that names only older requests, or none, or another claim's: the object's own.
         for l in [lease_naming(Some("c1/1"), None, &["c1/2"]), lease_naming(None, Some("c9/7"), &[])] {
             let c = candidate_of_claim(&claim, "l", Some(&l)).unwrap();

@@ -220,12 +220,15 @@ pub fn split_request_uid(uid: &str) -> (&str, Option<i64>) {
     }
 }
 
-/// The highest request of standing claim `object_uid` (its `metadata.uid`) that `lease` names:
-/// as its holder (`leasehold.dev/holder-uid`), its next-holder hint or an entry of its released
-/// list ([`request_uid`]). `None` when it names none of the claim's requests.
-pub fn lease_request(lease: &LeaseView, object_uid: &str) -> Option<i64> {
-    let holder = lease.holder.as_ref().and_then(|h| h.uid.as_deref());
-    let next = lease.next.as_ref().map(|n| n.uid.as_str());
+/// The highest request of standing claim `object_uid` (its `metadata.uid`, `spec.identity`
+/// `identity`) that `lease` names: as its holder (`leasehold.dev/holder-uid`, with
+/// `holderIdentity` `identity`), its next-holder hint (`leasehold.dev/next-holder` `identity`) or
+/// an entry of its released list ([`request_uid`]). A holder or hint under another identity is
+/// not the claim's (a Lease arrival writes its own identity, which the chart's Lease policy
+/// checks against the requester). `None` when it names none of the claim's requests.
+pub fn lease_request(lease: &LeaseView, object_uid: &str, identity: &str) -> Option<i64> {
+    let holder = lease.holder.as_ref().filter(|h| h.name == identity).and_then(|h| h.uid.as_deref());
+    let next = lease.next.as_ref().filter(|n| n.identity == identity).map(|n| n.uid.as_str());
     holder
         .into_iter()
         .chain(next)
@@ -242,8 +245,14 @@ pub fn lease_request(lease: &LeaseView, object_uid: &str) -> Option<i64> {
 /// lock's Lease names ([`lease_request`]). A waiter that arrives by the Lease ([`lease_arrival`])
 /// raises its request there and not in `spec.request` (one write per arrival), so the claim
 /// object alone lags; the operator reads the request from all three.
-pub fn current_request(spec: i64, status: Option<i64>, lease: Option<&LeaseView>, object_uid: &str) -> i64 {
-    spec.max(status.unwrap_or(0)).max(lease.and_then(|l| lease_request(l, object_uid)).unwrap_or(0))
+pub fn current_request(
+    spec: i64,
+    status: Option<i64>,
+    lease: Option<&LeaseView>,
+    object_uid: &str,
+    identity: &str,
+) -> i64 {
+    spec.max(status.unwrap_or(0)).max(lease.and_then(|l| lease_request(l, object_uid, identity)).unwrap_or(0))
 }
 
 /// When a request known only from the Lease (a waiter that arrived by the Lease and whose claim's

@@ -692,14 +692,17 @@ fn the_lease_names_a_standing_claims_request_by_its_holder_hint_or_released_list
     let mut l = claim_held();
     l.next = Some(Next { identity: "y".into(), uid: request_uid("y", 3), token: 5 });
     l.released = vec![request_uid("y", 2), request_uid("z", 7), "not-a-request".into()];
-    assert_eq!(lease_request(&l, "x"), Some(1));
-    assert_eq!(lease_request(&l, "y"), Some(3));
-    assert_eq!(lease_request(&l, "z"), Some(7));
-    assert_eq!(lease_request(&l, "w"), None);
+    assert_eq!(lease_request(&l, "x", "x"), Some(1));
+    assert_eq!(lease_request(&l, "y", "y"), Some(3));
+    assert_eq!(lease_request(&l, "z", "z"), Some(7));
+    assert_eq!(lease_request(&l, "w", "w"), None);
+    // A holder or hint under another identity is not the claim's (a forged arrival).
+    assert_eq!(lease_request(&l, "x", "mallory"), None);
+    assert_eq!(lease_request(&l, "y", "mallory"), Some(2));
     // The highest of spec, status and Lease.
-    assert_eq!(current_request(2, Some(1), Some(&l), "y"), 3);
-    assert_eq!(current_request(4, Some(1), Some(&l), "y"), 4);
-    assert_eq!(current_request(2, Some(5), None, "y"), 5);
+    assert_eq!(current_request(2, Some(1), Some(&l), "y", "y"), 3);
+    assert_eq!(current_request(4, Some(1), Some(&l), "y", "y"), 4);
+    assert_eq!(current_request(2, Some(5), None, "y", "y"), 5);
 }
 
 #[test]
