@@ -385,6 +385,188 @@ async fn an_arrival_by_the_lease_is_admitted_only_as_computed_and_within_the_cei
     ns.cleanup().await;
 }
 
+/// The Lease of the arrival tests: lock `forge`, held by "someone" (token 5, floor 0, ceiling
+/// 10: an arrival takes token 6), with `hint` as extra annotations; created by the test's admin
+/// (exempt as system:masters; no operator runs).
+async fn arrival_lease(ns: &TestNs, hint: serde_json::Value) {
+    let mut lease = json!({
+        "metadata": {"name": "forge", "labels": {"leasehold.dev/lock": "forge"}, "annotations": {
+            "leasehold.dev/fencing-token": "5", "leasehold.dev/token-floor": "0", "leasehold.dev/token-ceiling": "10",
+            "leasehold.dev/holder-uid": "holder-uid/1", "leasehold.dev/holder-kind": "Claim",
+        }},
+        "spec": {"holderIdentity": "someone", "leaseDurationSeconds": 15},
+    });
+    lease["metadata"]["annotations"].as_object_mut().unwrap().extend(hint.as_object().unwrap().clone());
+    let lease: Lease = serde_json::from_value(lease).unwrap();
+    ns.api::<Lease>().create(&PostParams::default(), &lease).await.expect("admin creates the Lease");
+}
+
+/// The next-holder hint naming `identity` with request UID `claim-uid/2` and token `token`.
+fn hint_of(identity: &str, token: &str) -> serde_json::Value {
+    json!({
+        "leasehold.dev/next-holder": identity, "leasehold.dev/next-holder-uid": "claim-uid/2",
+        "leasehold.dev/next-token": token,
+    })
+}
+
+/// Waits until the Lease policy of `release` is in force (it takes effect a moment after the
+/// install): `api` is refused a change of the token ceiling of Lease `forge`.
+async fn lease_policy_in_force(api: &Api<Lease>, policy: &str) {
+    let dry = PatchParams { dry_run: true, ..PatchParams::default() };
+    let raise = json!({"metadata": {"annotations": {"leasehold.dev/token-ceiling": "11"}}});
+    wait_until("the Lease policy is in force", WAIT, || async {
+        matches!(api.patch("forge", &dry, &Patch::Merge(&raise)).await,
+            Err(kube::Error::Api(s)) if s.code == 403 && s.message.contains(policy))
+    })
+    .await;
+}
+
+/// An arrival by the Lease names the requester itself: the next-holder hint it sets, or the
+/// holder it makes of a free Lease, is its own user name (or its pod name); naming anyone else
+/// (another ServiceAccount, the holder, any string) is refused, with a message that says which
+/// identities the requester has. Fails against a policy that checks only the token.
+#[tokio::test]
+async fn an_arrival_by_the_lease_names_only_the_requester() {
+    let ns = TestNs::new("arrivalid").await;
+    let release = Release::install(&ns, &["--set", "replicaCount=1"]);
+    let policy = format!("{}-lease-grants", release.fullname());
+    let kc = service_account(&ns, "waiter", Some(&format!("{}-holder", release.fullname())));
+    let user = user_of(&ns, "waiter");
+    let other = user_of(&ns, "other");
+    let as_waiter: Api<Lease> = Api::namespaced(client_for(&kc).await, &ns.ns);
+    let admin: Api<Lease> = ns.api::<Lease>();
+    arrival_lease(&ns, json!({})).await;
+    lease_policy_in_force(&as_waiter, &policy).await;
+    let dry = PatchParams { dry_run: true, ..PatchParams::default() };
+    let hint = |identity: &str| json!({"metadata": {"annotations": hint_of(identity, "6")}});
+    // Its own identity: admitted. Another's: refused, and the message names the requester.
+    crate::install::assert_allowed(as_waiter.patch("forge", &dry, &Patch::Merge(&hint(&user))).await, "own hint");
+    for forged in [other.as_str(), "someone", "x"] {
+        let r = as_waiter.patch("forge", &dry, &Patch::Merge(&hint(forged))).await;
+        crate::install::assert_denied(r, &policy, "next-holder hint of a Lease");
+        let r = as_waiter.patch("forge", &dry, &Patch::Merge(&hint(forged))).await;
+        crate::install::assert_denied(r, &policy, &format!("(you: \"{user}\")"));
+    }
+    // A free Lease (token 5 kept): taken as itself only.
+    let free = json!({
+        "metadata": {"annotations": {"leasehold.dev/holder-uid": null, "leasehold.dev/holder-kind": null}},
+        "spec": {"holderIdentity": null},
+    });
+    admin.patch("forge", &PatchParams::default(), &Patch::Merge(&free)).await.expect("admin frees the Lease");
+    let take = |identity: &str| {
+        json!({
+            "metadata": {"annotations": {
+                "leasehold.dev/holder-uid": "claim-uid/2", "leasehold.dev/holder-kind": "Claim",
+                "leasehold.dev/fencing-token": "6",
+            }},
+            "spec": {"holderIdentity": identity, "renewTime": "2026-12-05T10:00:00.000000Z"},
+        })
+    };
+    crate::install::assert_allowed(as_waiter.patch("forge", &dry, &Patch::Merge(&take(&user))).await, "own take");
+    for forged in [other.as_str(), "someone", "x"] {
+        let r = as_waiter.patch("forge", &dry, &Patch::Merge(&take(forged))).await;
+        crate::install::assert_denied(r, &policy, "take a free Lease only as its own holder identity");
+        let r = as_waiter.patch("forge", &dry, &Patch::Merge(&take(forged))).await;
+        crate::install::assert_denied(r, &policy, &format!("(you: \"{user}\")"));
+    }
+    drop(release);
+    ns.cleanup().await;
+}
+
+/// A waiter may withdraw the next-holder hint that names it (`Ticket::cancel`, which removes its
+/// own hint so the lock is not handed to a request that is gone): the requester named by
+/// `leasehold.dev/next-holder` removes the three hint annotations and changes nothing else.
+/// Refused: another user's removal of that hint (another holder-role account), and a withdrawal
+/// that also changes the holder, the token, the released list or the renew time. Fails against a
+/// policy that lets only the holder remove a hint.
+#[tokio::test]
+async fn the_waiter_a_hint_names_may_withdraw_it_and_nobody_else() {
+    let ns = TestNs::new("withdrawhint").await;
+    let release = Release::install(&ns, &["--set", "replicaCount=1"]);
+    let policy = format!("{}-lease-grants", release.fullname());
+    let holder_role = format!("{}-holder", release.fullname());
+    let as_waiter: Api<Lease> =
+        Api::namespaced(client_for(&service_account(&ns, "waiter", Some(&holder_role))).await, &ns.ns);
+    let as_other: Api<Lease> =
+        Api::namespaced(client_for(&service_account(&ns, "other", Some(&holder_role))).await, &ns.ns);
+    let user = user_of(&ns, "waiter");
+    arrival_lease(&ns, hint_of(&user, "6")).await;
+    lease_policy_in_force(&as_waiter, &policy).await;
+    let dry = PatchParams { dry_run: true, ..PatchParams::default() };
+    let withdraw = json!({"metadata": {"annotations": {
+        "leasehold.dev/next-holder": null, "leasehold.dev/next-holder-uid": null, "leasehold.dev/next-token": null,
+    }}});
+    // The waiter may, as the library does it: read, remove the hint, compare-and-swap PUT.
+    let mut lease = as_waiter.get("forge").await.expect("the waiter reads the Lease");
+    let ann = lease.metadata.annotations.as_mut().unwrap();
+    for k in ["leasehold.dev/next-holder", "leasehold.dev/next-holder-uid", "leasehold.dev/next-token"] {
+        ann.remove(k);
+    }
+    let dry_put = PostParams { dry_run: true, ..PostParams::default() };
+    crate::install::assert_allowed(as_waiter.replace("forge", &dry_put, &lease).await, "the waiter's withdrawal (PUT)");
+    crate::install::assert_allowed(
+        as_waiter.patch("forge", &dry, &Patch::Merge(&withdraw)).await,
+        "the waiter's withdrawal (merge patch)",
+    );
+    // Another holder-role account may not remove the waiter's hint.
+    crate::install::assert_denied(
+        as_other.patch("forge", &dry, &Patch::Merge(&withdraw)).await,
+        &policy,
+        "only the waiter the hint names",
+    );
+    // But nothing else may change with it (each refusal names the first validation it fails).
+    let with = |extra: serde_json::Value| {
+        let mut p = withdraw.clone();
+        json_merge(&mut p, extra);
+        p
+    };
+    let also_takes = with(json!({"spec": {"holderIdentity": user}}));
+    crate::install::assert_denied(
+        as_waiter.patch("forge", &dry, &Patch::Merge(&also_takes)).await,
+        &policy,
+        "holder of Lease",
+    );
+    let also_renews = with(json!({"spec": {"renewTime": "2026-12-05T10:00:00.000000Z"}}));
+    crate::install::assert_denied(
+        as_waiter.patch("forge", &dry, &Patch::Merge(&also_renews)).await,
+        &policy,
+        "next-holder hint of a Lease",
+    );
+    let also_token = with(json!({"metadata": {"annotations": {"leasehold.dev/fencing-token": "6"}}}));
+    crate::install::assert_denied(
+        as_waiter.patch("forge", &dry, &Patch::Merge(&also_token)).await,
+        &policy,
+        "fencing token",
+    );
+    let also_released = with(json!({"metadata": {"annotations": {"leasehold.dev/released": "claim-uid/2"}}}));
+    crate::install::assert_denied(
+        as_waiter.patch("forge", &dry, &Patch::Merge(&also_released)).await,
+        &policy,
+        "next-holder hint of a Lease",
+    );
+    // The hint is the waiter's to withdraw, not to rewrite: changing its token is refused.
+    let retoken = json!({"metadata": {"annotations": {"leasehold.dev/next-token": "7"}}});
+    crate::install::assert_denied(
+        as_waiter.patch("forge", &dry, &Patch::Merge(&retoken)).await,
+        &policy,
+        "next-holder hint of a Lease",
+    );
+    drop(release);
+    ns.cleanup().await;
+}
+
+/// Merges JSON object `extra` into `into` (objects recursively, anything else replaced).
+fn json_merge(into: &mut serde_json::Value, extra: serde_json::Value) {
+    match (into, extra) {
+        (serde_json::Value::Object(a), serde_json::Value::Object(b)) => {
+            for (k, v) in b {
+                json_merge(a.entry(k).or_insert(serde_json::Value::Null), v);
+            }
+        }
+        (slot, v) => *slot = v,
+    }
+}
+
 /// The chart's ClusterRoles aggregated into the built-in user-facing roles: `view` reads locks
 /// and claims and changes nothing; `edit` and `admin` create, change and delete locks, and
 /// `edit` holds one with the library. Fails without the aggregated roles.
