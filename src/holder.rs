@@ -248,10 +248,6 @@ fn next_request(local: i64, spec: i64) -> i64 {
     local.max(spec).saturating_add(1)
 }
 
-/// How many times an arrival by the Lease ([`Holder::arrive_by_lease`]) reads and writes the
-/// Lease when its compare-and-swap meets a conflict (409) before it arrives by its claim.
-const LEASE_ARRIVAL_ATTEMPTS: u32 = 3;
-
 /// Whether a request that arrived by the Lease as its next-holder hint (issue 12) has been
 /// displaced: `lease` (a later version of the Lease) names request UID `uid` neither as its
 /// next holder nor as its holder (the operator hinted an older waiter instead, a release freed
@@ -649,8 +645,7 @@ impl Holder {
 
     /// The arrival of request `request` of standing claim `object_uid` by the lock's Lease
     /// (issue 12, `docs/two-writes-per-grant.md`, "The arrival writes the hint"): reads the Lease
-    /// and, when [`lease_arrival`] allows it, one compare-and-swap PUT (the resourceVersion read;
-    /// on a conflict it reads and decides again, [`LEASE_ARRIVAL_ATTEMPTS`] times in all)
+    /// and, when [`lease_arrival`] allows it, one compare-and-swap PUT (the resourceVersion read)
     /// that names the request as the next-holder hint (the holder's release hands over to it) or,
     /// on a free Lease, takes it (the grant, written by the waiter). Returns how it arrived and
     /// when the write was sent (this process's monotonic clock).
@@ -666,53 +661,46 @@ impl Holder {
         request: i64,
     ) -> Result<(LeaseArrived, Instant), Option<Instant>> {
         let leases: Api<Lease> = Api::namespaced(self.client.clone(), &self.namespace);
-        let uid = request_uid(object_uid, request);
-        // When it first tried: a re-arrival by the claim keeps this place in the queue.
-        let time = Timestamp::now();
-        for attempt in 1..=LEASE_ARRIVAL_ATTEMPTS {
-            let mut lease = match leases.get_opt(&self.lock).await {
-                Ok(l) => l.ok_or(None)?,
-                Err(e) => {
-                    tracing::debug!(error = %e, "reading the Lease for an arrival failed: arriving by the claim");
-                    return Err(None);
-                }
-            };
-            let arrival = lease_arrival(&crate::lease::view(&lease), &self.identity, &uid).ok_or(None)?;
-            match &arrival {
-                LeaseArrival::Hint(next) => crate::lease::put_next(&mut lease, Some(next)),
-                LeaseArrival::Take(token) => take(&mut lease, &self.identity, &uid, *token, Timestamp::now()),
+        let mut lease = match leases.get_opt(&self.lock).await {
+            Ok(l) => l.ok_or(None)?,
+            Err(e) => {
+                tracing::debug!(error = %e, "reading the Lease for an arrival failed: arriving by the claim");
+                return Err(None);
             }
-            // Taken before the write is sent: nothing can grant the request (nor start an expiry
-            // clock for it) before the write lands.
-            let queued = Instant::now();
-            match leases.replace(&self.lock, &PostParams::default(), &lease).await {
-                Ok(written) => {
-                    let arrived = match arrival {
-                        LeaseArrival::Hint(_) => {
-                            LeaseArrived::Hint { time, rv: written.resource_version().unwrap_or_default() }
-                        }
-                        LeaseArrival::Take(_) => LeaseArrived::Took(Box::new(written)),
-                    };
-                    return Ok((arrived, queued));
-                }
-                // Another write came between the read and this one (a release, a renewal, the
-                // operator): read again and decide again, as the operator does after a 409.
-                Err(kube::Error::Api(s)) if s.code == 409 && attempt < LEASE_ARRIVAL_ATTEMPTS => continue,
-                Err(e) => {
-                    tracing::debug!(error = %e, "the arrival by the Lease failed: arriving by the claim");
-                    if is_forbidden(&e) {
-                        lock_state(&self.standing).lease_refused = true;
+        };
+        let uid = request_uid(object_uid, request);
+        let arrival = lease_arrival(&crate::lease::view(&lease), &self.identity, &uid).ok_or(None)?;
+        let time = Timestamp::now();
+        match &arrival {
+            LeaseArrival::Hint(next) => crate::lease::put_next(&mut lease, Some(next)),
+            LeaseArrival::Take(token) => take(&mut lease, &self.identity, &uid, *token, time),
+        }
+        // Taken before the write is sent: nothing can grant the request (nor start an expiry
+        // clock for it) before the write lands.
+        let queued = Instant::now();
+        match leases.replace(&self.lock, &PostParams::default(), &lease).await {
+            Ok(written) => Ok((
+                match arrival {
+                    LeaseArrival::Hint(_) => {
+                        LeaseArrived::Hint { time, rv: written.resource_version().unwrap_or_default() }
                     }
-                    // Refused (a conflict, a status answer): it did not land. Anything else (a
-                    // lost answer, a timeout) may have.
-                    return Err(match &e {
-                        kube::Error::Api(_) => None,
-                        _ => Some(queued),
-                    });
+                    LeaseArrival::Take(_) => LeaseArrived::Took(Box::new(written)),
+                },
+                queued,
+            )),
+            Err(e) => {
+                tracing::debug!(error = %e, "the arrival by the Lease failed: arriving by the claim");
+                if is_forbidden(&e) {
+                    lock_state(&self.standing).lease_refused = true;
                 }
+                // Refused (a conflict, a status answer): it did not land. Anything else (a lost
+                // answer, a timeout) may have.
+                Err(match &e {
+                    kube::Error::Api(_) => None,
+                    _ => Some(queued),
+                })
             }
         }
-        Err(None)
     }
 
     /// Re-arrival of request `request` of standing claim `name` (`object_uid`) by the claim,
