@@ -35,8 +35,14 @@ if [ -f "$run_dir/pids/leasehold.pid" ] && kill -0 "$(cat "$run_dir/pids/leaseho
   echo "==> operator already running" >&2
 else
   echo "==> 4/5 starting the operator (log: $run_dir/logs/leasehold.log)" >&2
-  setsid nohup target/debug/leasehold operator --admin-addr 127.0.0.1:0 >"$run_dir/logs/leasehold.log" 2>&1 &
+  setsid nohup "${CARGO_TARGET_DIR:-target}/debug/leasehold" operator --admin-addr 127.0.0.1:0 >"$run_dir/logs/leasehold.log" 2>&1 &
   echo $! >"$run_dir/pids/leasehold.pid"
+  sleep 1
+  if ! kill -0 "$(cat "$run_dir/pids/leasehold.pid")" 2>/dev/null; then
+    echo "the operator exited at once; its log ($run_dir/logs/leasehold.log) ends with:" >&2
+    tail -n 20 "$run_dir/logs/leasehold.log" >&2
+    exit 1
+  fi
 fi
 
 echo "==> 5/5 creating lock nightly-report and three Jobs that claim it" >&2
