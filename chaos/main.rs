@@ -487,13 +487,16 @@ async fn library_worker(w: Arc<World>, lock: String, i: usize) {
     config.cluster_url = format!("https://127.0.0.1:{}", cut_point(&w, &slot).await).parse().unwrap();
     let client = Client::try_from(config).unwrap();
     let mut n = 0;
+    // One `Holder` per worker, kept across its acquires: a standing claim on a single-holder
+    // lock (issue 12), whose later acquires arrive by the Lease when they can.
+    let standing_id = format!("{slot}-0");
+    let holder = Holder::new(client.clone(), &w.ns, &lock, &standing_id);
     while !w.stopping.load(Ordering::SeqCst) {
         n += 1;
         let id = format!("{slot}-{n}");
-        w.waiting.lock().unwrap().insert(id.clone(), lock.clone());
-        let holder = Holder::new(client.clone(), &w.ns, &lock, &id);
+        w.waiting.lock().unwrap().insert(standing_id.clone(), lock.clone());
         let result = holder.acquire(Some(Duration::from_secs(60))).await;
-        w.waiting.lock().unwrap().remove(&id);
+        w.waiting.lock().unwrap().remove(&standing_id);
         let guard = match result {
             Ok(g) => g,
             Err(e) => {
@@ -528,8 +531,6 @@ async fn library_worker(w: Arc<World>, lock: String, i: usize) {
         // On l0 and on every semaphore lock.
         let planted = w.plant && (lock == "l0" || w.limits.contains_key(&lock)) && i == 0;
         let _ = guard.release().await;
-        // One acquire per identity: the process is done with its standing claim.
-        holder.close().await;
         if planted {
             // The planted bug: this holder goes on working after it released the lock.
             tokio::time::sleep(Duration::from_millis(400)).await;
