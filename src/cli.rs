@@ -75,9 +75,9 @@ pub struct OperatorArgs {
     /// Name of the leader-election Lease.
     #[arg(long, env = "LEASEHOLD_LEADER_ELECTION_LEASE", default_value = crate::leader::DEFAULT_LEASE_NAME)]
     pub leader_election_lease: String,
-    /// Most locks reconciled at once (kube-runtime's controller concurrency; controller-runtime
-    /// calls it MaxConcurrentReconciles). Others wait in the controller's queue, each reconciled
-    /// once however many events named it meanwhile. 0 means no bound.
+    /// Most locks reconciled at once (controller-runtime calls it MaxConcurrentReconciles).
+    /// Others wait, in the order they became due (`controller::gate`), each reconciled once
+    /// however many events named it meanwhile. 0 means no bound.
     #[arg(long, env = "LEASEHOLD_MAX_CONCURRENT_RECONCILES", default_value_t = 16)]
     pub max_concurrent_reconciles: u16,
 }

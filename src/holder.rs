@@ -669,7 +669,19 @@ impl Holder {
             }
         };
         let uid = request_uid(object_uid, request);
-        let arrival = lease_arrival(&crate::lease::view(&lease), &self.identity, &uid).ok_or(None)?;
+        let view = crate::lease::view(&lease);
+        let Some(arrival) = lease_arrival(&view, &self.identity, &uid) else {
+            tracing::debug!(
+                lock = %self.lock,
+                holder = ?view.holder.as_ref().map(|h| (h.kind, h.uid.as_deref() == Some(uid.as_str()))),
+                hint = view.next.is_some(),
+                token = view.token,
+                ceiling = ?view.ceiling,
+                trusted = view.trusted,
+                "no arrival by the Lease allowed: arriving by the claim"
+            );
+            return Err(None);
+        };
         let time = Timestamp::now();
         match &arrival {
             LeaseArrival::Hint(next) => crate::lease::put_next(&mut lease, Some(next)),
@@ -682,14 +694,18 @@ impl Holder {
             Ok(written) => Ok((
                 match arrival {
                     LeaseArrival::Hint(_) => {
+                        tracing::trace!(lock = %self.lock, "arrived by the Lease: hint");
                         LeaseArrived::Hint { time, rv: written.resource_version().unwrap_or_default() }
                     }
-                    LeaseArrival::Take(_) => LeaseArrived::Took(Box::new(written)),
+                    LeaseArrival::Take(_) => {
+                        tracing::trace!(lock = %self.lock, "arrived by the Lease: take");
+                        LeaseArrived::Took(Box::new(written))
+                    }
                 },
                 queued,
             )),
             Err(e) => {
-                tracing::debug!(error = %e, "the arrival by the Lease failed: arriving by the claim");
+                tracing::debug!(lock = %self.lock, error = %e, "the arrival by the Lease failed: arriving by the claim");
                 if is_forbidden(&e) {
                     lock_state(&self.standing).lease_refused = true;
                 }

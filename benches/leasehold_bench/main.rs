@@ -280,6 +280,14 @@ fn loadavg() -> String {
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
+    // The bench's own clients (the `leasehold::holder` library) log to stderr when `RUST_LOG` is
+    // set, e.g. `RUST_LOG=leasehold::holder=debug` to see why arrivals fall back to the claim.
+    if std::env::var_os("RUST_LOG").is_some() {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .init();
+    }
     let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {

@@ -613,11 +613,15 @@ pub async fn throughput(
     // Clients that have created their first claim: the window starts in the steady state, after
     // all of them (the first claims, their lists and watches are not counted against its grants).
     let queued = Arc::new(AtomicUsize::new(0));
+    // Grants per client (lock-major: lock k's clients at 2k, 2k+1): who was served in the window.
+    let per_client: Arc<Vec<AtomicU64>> =
+        Arc::new((0..names.len() * clients.len()).map(|_| AtomicU64::new(0)).collect());
     let mut tasks = vec![];
     for name in &names {
         for (i, client) in clients.iter().enumerate() {
             let h = Holder::new(client.clone(), &ns, name, &format!("client-{i}"));
             let (stop, grants, errors) = (stop.clone(), grants.clone(), errors.clone());
+            let (per_client, me) = (per_client.clone(), tasks.len());
             let (in_window, window_errors) = (in_window.clone(), window_errors.clone());
             let count = move |kind: String| {
                 errors.fetch_add(1, Ordering::Relaxed);
@@ -646,6 +650,7 @@ pub async fn throughput(
                     match acquired {
                         Ok(g) => {
                             grants.fetch_add(1, Ordering::Relaxed);
+                            per_client[me].fetch_add(1, Ordering::Relaxed);
                             if let Err(e) = g.release().await {
                                 count(format!("release: {}", error_kind(&e)));
                             }
@@ -672,6 +677,8 @@ pub async fn throughput(
     let conflicts = "leasehold_conflicts_total";
     in_window.store(true, Ordering::Relaxed);
     let s0 = env.server_snapshot().await?;
+    let counts = |v: &[AtomicU64]| v.iter().map(|c| c.load(Ordering::Relaxed)).collect::<Vec<u64>>();
+    let c0 = counts(&per_client);
     let (m0, g0, og0, oc0, cpu0, t0) = (
         s0.api.clone(),
         grants.load(Ordering::Relaxed),
@@ -689,9 +696,15 @@ pub async fn throughput(
         op.metric(conflicts).await,
         op.cpu_seconds(),
     );
+    let c1 = counts(&per_client);
     in_window.store(false, Ordering::Relaxed);
     let window_s = t0.elapsed().as_secs_f64();
     stop.store(true, Ordering::Relaxed);
+    let in_window: Vec<u64> = c1.iter().zip(&c0).map(|(b, a)| b - a).collect();
+    let clients_unserved = in_window.iter().filter(|g| **g == 0).count();
+    let locks_unserved = in_window.chunks(clients.len()).filter(|c| c.iter().all(|g| *g == 0)).count();
+    let mut per_lock: Vec<u64> = in_window.chunks(clients.len()).map(|c| c.iter().sum()).collect();
+    per_lock.sort_unstable();
     for t in &tasks {
         t.abort();
     }
@@ -715,6 +728,9 @@ pub async fn throughput(
         errors: errors.load(Ordering::Relaxed),
         setup_s,
         all_queued_s,
+        clients_unserved,
+        locks_unserved,
+        grants_per_lock_p50_max: (per_lock[per_lock.len() / 2], per_lock.last().copied().unwrap_or(0)),
         load: Some(env.server_load(&s0, &s1, Some(&before))),
     })
 }

@@ -212,6 +212,15 @@ pub fn markdown(r: &Results) -> String {
                 if c.is_empty() { "none".to_string() } else { c.join(", ") }
             }
         );
+        let _ = writeln!(
+            o,
+            "| 4 | | clients / locks with no grant in the window; grants per lock, median / highest | {} / {}; {} / {} | | | 0 / 0 | {} |",
+            t.clients_unserved,
+            t.locks_unserved,
+            t.grants_per_lock_p50_max.0,
+            t.grants_per_lock_p50_max.1,
+            if t.clients_unserved == 0 { "met" } else { "**missed**: waiters starved" }
+        );
         let errors = if t.errors_in_window.is_empty() {
             "none".to_string()
         } else {

@@ -186,6 +186,14 @@ pub struct Throughput {
     /// Seconds from then until every client had created its first claim; the warm-up runs after
     /// that, so the window holds no client's first claim.
     pub all_queued_s: f64,
+    /// Clients that got no grant in the window (a waiter starved for the whole window: its
+    /// acquire() may still have been waiting, within the bench's 120 s wait, when the window
+    /// ended). The honest companion of `grants_per_s`: grants from a few locks look as fast.
+    pub clients_unserved: usize,
+    /// Locks whose clients got no grant in the window.
+    pub locks_unserved: usize,
+    /// Grants per lock in the window: median and highest.
+    pub grants_per_lock_p50_max: (u64, u64),
     /// The servers in the window (API and etcd write rates, watches before and during).
     pub load: Option<ServerLoad>,
 }

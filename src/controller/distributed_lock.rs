@@ -74,13 +74,18 @@ pub const MAX_LOCK_NAME: usize = 63;
 /// How many waiters `status.waiters` lists.
 const STATUS_WAITERS: usize = 10;
 
-/// Reconciles one lock. Errors are retried by [`error_policy`]. Its duration is observed in
-/// `leasehold_reconcile_duration_seconds`.
+/// Reconciles one lock, once [`Context::gate`] lets it (at most `--max-concurrent-reconciles`
+/// at once, in the order they became due). Errors are retried by [`error_policy`]. Its duration,
+/// from the gate on, is observed in `leasehold_reconcile_duration_seconds`.
 pub async fn reconcile(lock: Arc<DistributedLock>, ctx: Arc<Context>) -> Result<Action> {
-    let started = Instant::now();
-    let result = reconcile_lock(lock, ctx.clone(), started).await;
-    ctx.metrics.reconcile_duration.observe(started.elapsed().as_secs_f64());
-    result
+    ctx.gate
+        .run(|| async {
+            let started = Instant::now();
+            let result = reconcile_lock(lock, ctx.clone(), started).await;
+            ctx.metrics.reconcile_duration.observe(started.elapsed().as_secs_f64());
+            result
+        })
+        .await
 }
 
 async fn reconcile_lock(lock: Arc<DistributedLock>, ctx: Arc<Context>, started: Instant) -> Result<Action> {

@@ -2,6 +2,7 @@
 //! grants; the pod controller that explains why a pod is not served.
 
 mod distributed_lock;
+pub mod gate;
 mod pod;
 pub mod trim;
 pub mod workload;
@@ -110,6 +111,10 @@ pub struct Context {
     /// written: a status change waits [`distributed_lock::STATUS_DEBOUNCE`] so that the changes
     /// of one handover (the new holder, then the releaser queueing again) are one write.
     pub status_pending: Mutex<HashMap<String, Instant>>,
+    /// At most `--max-concurrent-reconciles` lock reconciles at once, served in the order they
+    /// became due ([`gate::ReconcileGate`]: kube-runtime's own bound starves locks behind busy
+    /// ones).
+    pub gate: gate::ReconcileGate,
     /// Origin of the monotonic time handed to [`crate::lock::machine::step`].
     pub started: Instant,
     /// Test-only crash point (`LEASEHOLD_FAILPOINT`), see [`Context::failpoint`].
@@ -444,6 +449,7 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
         metrics: metrics.clone(),
         writes,
         clocks: Mutex::default(),
+        gate: gate::ReconcileGate::new(args.max_concurrent_reconciles),
         started: Instant::now(),
         failures: Mutex::default(),
         announced: Mutex::default(),
@@ -455,15 +461,17 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
     });
 
     // The lock controller's own cache, trimmed like the others; at most
-    // `--max-concurrent-reconciles` locks are reconciled at once, so a burst of new locks queues
-    // in the controller instead of flooding the API server (each reconcile's writes would time out
-    // and be retried, and nothing would progress).
+    // `--max-concurrent-reconciles` locks are reconciled at once (`ctx.gate`, in the order they
+    // became due), so a burst of new locks queues instead of flooding the API server (each
+    // reconcile's writes would time out and be retried, and nothing would progress). The
+    // controller itself is unbounded: its own bound serves waiting locks in hash order and
+    // starves some ([`gate`]).
     let lock_stream = watcher(api::<DistributedLock>(&client, ns), watcher::Config::default())
         .modify(trim::meta)
         .reflect(lock_writer)
         .applied_objects();
     let lock_ctrl = Controller::for_stream(lock_stream, locks.clone())
-        .with_config(controller::Config::default().concurrency(args.max_concurrent_reconciles))
+        .with_config(controller::Config::default().concurrency(0))
         .reconcile_on(lock_rx)
         .shutdown_on_signal();
 
