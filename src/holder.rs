@@ -673,6 +673,7 @@ impl Holder {
         let Some(arrival) = lease_arrival(&view, &self.identity, &uid) else {
             tracing::debug!(
                 lock = %self.lock,
+                identity = %self.identity,
                 holder = ?view.holder.as_ref().map(|h| (h.kind, h.uid.as_deref() == Some(uid.as_str()))),
                 hint = view.next.is_some(),
                 token = view.token,
@@ -694,18 +695,18 @@ impl Holder {
             Ok(written) => Ok((
                 match arrival {
                     LeaseArrival::Hint(_) => {
-                        tracing::trace!(lock = %self.lock, "arrived by the Lease: hint");
+                        tracing::trace!(lock = %self.lock, identity = %self.identity, "arrived by the Lease: hint");
                         LeaseArrived::Hint { time, rv: written.resource_version().unwrap_or_default() }
                     }
                     LeaseArrival::Take(_) => {
-                        tracing::trace!(lock = %self.lock, "arrived by the Lease: take");
+                        tracing::trace!(lock = %self.lock, identity = %self.identity, "arrived by the Lease: take");
                         LeaseArrived::Took(Box::new(written))
                     }
                 },
                 queued,
             )),
             Err(e) => {
-                tracing::debug!(lock = %self.lock, error = %e, "the arrival by the Lease failed: arriving by the claim");
+                tracing::debug!(lock = %self.lock, identity = %self.identity, error = %e, "the arrival by the Lease failed: arriving by the claim");
                 if is_forbidden(&e) {
                     lock_state(&self.standing).lease_refused = true;
                 }
@@ -1091,6 +1092,7 @@ impl Ticket {
             }
             _ => None,
         };
+        tracing::trace!(lock = %self.holder.lock, identity = %self.holder.identity, request = ?self.request, hint = hint.is_some(), "waiting for the grant");
         let wait =
             self.holder.wait_for_grant(&self.claims, &self.claim_name, &grant_uid, self.request, &self.claim_rv, hint);
         let ((token, slot, lease_name, known), lease_watch) = match timeout {
@@ -1099,6 +1101,7 @@ impl Ticket {
                 .unwrap_or_else(|_| Err(HolderError::WaitTimeout(t, self.holder.lock.clone())))?,
             None => wait.await?,
         };
+        tracing::trace!(lock = %self.holder.lock, identity = %self.holder.identity, token, "granted");
         let claim = (self.claim_name.clone(), grant_uid);
         let lease = (lease_name, known, lease_watch);
         let single = Single::Claim(self.standing.clone());

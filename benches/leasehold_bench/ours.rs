@@ -590,7 +590,10 @@ pub async fn oneshot(env: &Env, tag: &str, runs: usize, settle: Duration) -> any
     })
 }
 
-/// Scenario 4: `locks` locks, two clients per lock, each looping acquire -> release.
+/// Scenario 4: `locks` locks, two clients per lock, each looping acquire -> release once every
+/// client has been granted once (a barrier). The window (after `warmup`) counts the clients and
+/// locks it did not serve: a fast figure from a few locks while the others starve is not
+/// throughput.
 pub async fn throughput(
     env: &Env,
     tag: &str,
@@ -613,6 +616,12 @@ pub async fn throughput(
     // Clients that have created their first claim: the window starts in the steady state, after
     // all of them (the first claims, their lists and watches are not counted against its grants).
     let queued = Arc::new(AtomicUsize::new(0));
+    // Clients granted at least once: the steady state is every lock handing over between its two
+    // clients. Each client, after its first grant and release, waits until every client has had
+    // one (a barrier): the first grants (the operator's, by claim) then run on an API server that
+    // the other locks' loops do not saturate yet, and the window starts with every lock looping.
+    let granted_once = Arc::new(AtomicUsize::new(0));
+    let all = names.len() * clients.len();
     // Grants per client (lock-major: lock k's clients at 2k, 2k+1): who was served in the window.
     let per_client: Arc<Vec<AtomicU64>> =
         Arc::new((0..names.len() * clients.len()).map(|_| AtomicU64::new(0)).collect());
@@ -629,9 +638,9 @@ pub async fn throughput(
                     *window_errors.lock().unwrap().entry(kind).or_insert(0) += 1;
                 }
             };
-            let queued = queued.clone();
+            let (queued, granted_once) = (queued.clone(), granted_once.clone());
             tasks.push(tokio::spawn(async move {
-                let mut first = true;
+                let (mut first, mut first_grant) = (true, true);
                 while !stop.load(Ordering::Relaxed) {
                     // Holder::acquire, in its two steps, to know when every client has queued once.
                     let acquired = match h.enqueue(OnBusy::Wait).await {
@@ -654,6 +663,12 @@ pub async fn throughput(
                             if let Err(e) = g.release().await {
                                 count(format!("release: {}", error_kind(&e)));
                             }
+                            if std::mem::take(&mut first_grant) {
+                                granted_once.fetch_add(1, Ordering::Relaxed);
+                                while granted_once.load(Ordering::Relaxed) < all && !stop.load(Ordering::Relaxed) {
+                                    tokio::time::sleep(Duration::from_millis(100)).await;
+                                }
+                            }
                         }
                         Err(e) => {
                             count(format!("acquire: {}", error_kind(&e)));
@@ -664,7 +679,6 @@ pub async fn throughput(
             }));
         }
     }
-    let all = names.len() * clients.len();
     let deadline = Instant::now() + Duration::from_secs(300);
     while queued.load(Ordering::Relaxed) < all {
         if Instant::now() > deadline {
@@ -673,6 +687,17 @@ pub async fn throughput(
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let all_queued_s = setup_t.elapsed().as_secs_f64() - setup_s;
+    while granted_once.load(Ordering::Relaxed) < all {
+        if Instant::now() > deadline {
+            bail!(
+                "closed loop: only {} of {all} clients granted once within 300 s (waiters starved: the clients granted \
+                 once wait for the others, so no load competes with these grants)",
+                granted_once.load(Ordering::Relaxed)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let all_granted_s = setup_t.elapsed().as_secs_f64() - setup_s;
     tokio::time::sleep(warmup).await;
     let conflicts = "leasehold_conflicts_total";
     in_window.store(true, Ordering::Relaxed);
@@ -728,6 +753,7 @@ pub async fn throughput(
         errors: errors.load(Ordering::Relaxed),
         setup_s,
         all_queued_s,
+        all_granted_s,
         clients_unserved,
         locks_unserved,
         grants_per_lock_p50_max: (per_lock[per_lock.len() / 2], per_lock.last().copied().unwrap_or(0)),

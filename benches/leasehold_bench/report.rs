@@ -574,8 +574,8 @@ fn extra_tables(o: &mut String, r: &Results) {
             "| load | {} | {} |",
             c(&|t| {
                 format!(
-                    "{} locks × {} clients ping-pong, {:.0} s, from the steady state (every client queued once {:.1} s after setup, then the warm-up)",
-                    t.locks, t.clients_per_lock, t.window_s, t.all_queued_s
+                    "{} locks × {} clients ping-pong, {:.0} s, from the steady state (every client queued once {:.1} s and granted once {:.1} s after setup, then the warm-up)",
+                    t.locks, t.clients_per_lock, t.window_s, t.all_queued_s, t.all_granted_s
                 )
             }),
             op(&|t| format!(

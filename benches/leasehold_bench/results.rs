@@ -186,6 +186,9 @@ pub struct Throughput {
     /// Seconds from then until every client had created its first claim; the warm-up runs after
     /// that, so the window holds no client's first claim.
     pub all_queued_s: f64,
+    /// Seconds from setup until every client had been granted once (the steady state: every lock
+    /// handing over between its clients); the warm-up runs after that. Over 300 s fails the run.
+    pub all_granted_s: f64,
     /// Clients that got no grant in the window (a waiter starved for the whole window: its
     /// acquire() may still have been waiting, within the bench's 120 s wait, when the window
     /// ended). The honest companion of `grants_per_s`: grants from a few locks look as fast.
