@@ -464,14 +464,14 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
     // `--max-concurrent-reconciles` locks are reconciled at once (`ctx.gate`, in the order they
     // became due), so a burst of new locks queues instead of flooding the API server (each
     // reconcile's writes would time out and be retried, and nothing would progress). The
-    // controller itself is unbounded: its own bound serves waiting locks in hash order and
-    // starves some ([`gate`]).
+    // controller's own bound, `gate::IN_FLIGHT`, is far above that: it serves waiting locks in
+    // hash order and starves some ([`gate`]).
     let lock_stream = watcher(api::<DistributedLock>(&client, ns), watcher::Config::default())
         .modify(trim::meta)
         .reflect(lock_writer)
         .applied_objects();
     let lock_ctrl = Controller::for_stream(lock_stream, locks.clone())
-        .with_config(controller::Config::default().concurrency(0))
+        .with_config(controller::Config::default().concurrency(gate::IN_FLIGHT))
         .reconcile_on(lock_rx)
         .shutdown_on_signal();
 
