@@ -76,8 +76,9 @@ pub struct OperatorArgs {
     #[arg(long, env = "LEASEHOLD_LEADER_ELECTION_LEASE", default_value = crate::leader::DEFAULT_LEASE_NAME)]
     pub leader_election_lease: String,
     /// Most locks reconciled at once (controller-runtime calls it MaxConcurrentReconciles).
-    /// Others wait, in the order they became due (`controller::gate`), each reconciled once
-    /// however many events named it meanwhile. 0 means no bound.
+    /// Others wait, in the order they became due (`controller::gate`); the events that name a
+    /// lock while it waits or runs are served by one more reconcile after it. 0 means no bound
+    /// (kube-runtime's controller then starts every due lock at once).
     #[arg(long, env = "LEASEHOLD_MAX_CONCURRENT_RECONCILES", default_value_t = 16)]
     pub max_concurrent_reconciles: u16,
 }

@@ -590,6 +590,18 @@ pub async fn oneshot(env: &Env, tag: &str, runs: usize, settle: Duration) -> any
     })
 }
 
+/// Aborts client tasks when a scenario returns, by an error (`?`, `bail!`) too: clients left
+/// looping would load the API server through every later scenario.
+struct AbortOnDrop<'a>(&'a [tokio::task::JoinHandle<()>]);
+
+impl Drop for AbortOnDrop<'_> {
+    fn drop(&mut self) {
+        for t in self.0 {
+            t.abort();
+        }
+    }
+}
+
 /// Scenario 4: `locks` locks, two clients per lock, each looping acquire -> release once every
 /// client has been granted once (a barrier). The window (after `warmup`) counts the clients and
 /// locks it did not serve: a fast figure from a few locks while the others starve is not
@@ -679,6 +691,7 @@ pub async fn throughput(
             }));
         }
     }
+    let _abort = AbortOnDrop(&tasks);
     let deadline = Instant::now() + Duration::from_secs(300);
     while queued.load(Ordering::Relaxed) < all {
         if Instant::now() > deadline {
@@ -690,9 +703,10 @@ pub async fn throughput(
     while granted_once.load(Ordering::Relaxed) < all {
         if Instant::now() > deadline {
             bail!(
-                "closed loop: only {} of {all} clients granted once within 300 s (waiters starved: the clients granted \
+                "closed loop: only {} of {all} clients granted once within 300 s ({} client errors; the clients granted \
                  once wait for the others, so no load competes with these grants)",
-                granted_once.load(Ordering::Relaxed)
+                granted_once.load(Ordering::Relaxed),
+                errors.load(Ordering::Relaxed)
             );
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -730,6 +744,7 @@ pub async fn throughput(
     let locks_unserved = in_window.chunks(clients.len()).filter(|c| c.iter().all(|g| *g == 0)).count();
     let mut per_lock: Vec<u64> = in_window.chunks(clients.len()).map(|c| c.iter().sum()).collect();
     per_lock.sort_unstable();
+    let median = per_lock.get(per_lock.len() / 2).copied().unwrap_or(0);
     for t in &tasks {
         t.abort();
     }
@@ -756,7 +771,7 @@ pub async fn throughput(
         all_granted_s,
         clients_unserved,
         locks_unserved,
-        grants_per_lock_p50_max: (per_lock[per_lock.len() / 2], per_lock.last().copied().unwrap_or(0)),
+        grants_per_lock_p50_max: (median, per_lock.last().copied().unwrap_or(0)),
         load: Some(env.server_load(&s0, &s1, Some(&before))),
     })
 }

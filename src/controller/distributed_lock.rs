@@ -75,11 +75,20 @@ pub const MAX_LOCK_NAME: usize = 63;
 const STATUS_WAITERS: usize = 10;
 
 /// Reconciles one lock, once [`Context::gate`] lets it (at most `--max-concurrent-reconciles`
-/// at once, in the order they became due). Errors are retried by [`error_policy`]. Its duration,
-/// from the gate on, is observed in `leasehold_reconcile_duration_seconds`.
+/// at once, in the order they became due). The lock is read again from the lock cache after the
+/// wait (kube-runtime hands over the object as it was when the reconcile started, which a wait
+/// of seconds makes stale: a token reservation from it would meet a conflict); a lock deleted
+/// meanwhile is not reconciled. Errors are retried by [`error_policy`]. Its duration, from the
+/// gate on, is observed in `leasehold_reconcile_duration_seconds`.
 pub async fn reconcile(lock: Arc<DistributedLock>, ctx: Arc<Context>) -> Result<Action> {
     ctx.gate
         .run(|| async {
+            let lock = match ctx.locks.get(&ObjectRef::from_obj(&*lock)) {
+                Some(now) if now.uid() == lock.uid() => now,
+                // Deleted (or replaced under the same name) while it waited: its own events
+                // reconcile the new one.
+                _ => return Ok(Action::await_change()),
+            };
             let started = Instant::now();
             let result = reconcile_lock(lock, ctx.clone(), started).await;
             ctx.metrics.reconcile_duration.observe(started.elapsed().as_secs_f64());

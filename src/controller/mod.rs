@@ -471,7 +471,7 @@ pub async fn run(args: OperatorArgs) -> anyhow::Result<()> {
         .reflect(lock_writer)
         .applied_objects();
     let lock_ctrl = Controller::for_stream(lock_stream, locks.clone())
-        .with_config(controller::Config::default().concurrency(gate::IN_FLIGHT))
+        .with_config(controller::Config::default().concurrency(gate::in_flight(args.max_concurrent_reconciles)))
         .reconcile_on(lock_rx)
         .shutdown_on_signal();
 
