@@ -78,11 +78,14 @@ const STATUS_WAITERS: usize = 10;
 /// at once, in the order they became due). The lock is read again from the lock cache after the
 /// wait (kube-runtime hands over the object as it was when the reconcile started, which a wait
 /// of seconds makes stale: a token reservation from it would meet a conflict); a lock deleted
-/// meanwhile is not reconciled. Errors are retried by [`error_policy`]. Its duration, from the
-/// gate on, is observed in `leasehold_reconcile_duration_seconds`.
+/// meanwhile is not reconciled. Errors are retried by [`error_policy`]. The wait is observed in
+/// `leasehold_reconcile_queue_seconds`, the reconcile from the gate on in
+/// `leasehold_reconcile_duration_seconds`.
 pub async fn reconcile(lock: Arc<DistributedLock>, ctx: Arc<Context>) -> Result<Action> {
+    let due = Instant::now();
     ctx.gate
         .run(|| async {
+            ctx.metrics.reconcile_queue.observe(due.elapsed().as_secs_f64());
             let lock = match ctx.locks.get(&ObjectRef::from_obj(&*lock)) {
                 Some(now) if now.uid() == lock.uid() => now,
                 // Deleted (or replaced under the same name) while it waited: its own events
