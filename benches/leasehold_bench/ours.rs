@@ -635,8 +635,7 @@ pub async fn throughput(
     let granted_once = Arc::new(AtomicUsize::new(0));
     let all = names.len() * clients.len();
     // Grants per client (lock-major: lock k's clients at 2k, 2k+1): who was served in the window.
-    let per_client: Arc<Vec<AtomicU64>> =
-        Arc::new((0..names.len() * clients.len()).map(|_| AtomicU64::new(0)).collect());
+    let per_client: Arc<Vec<AtomicU64>> = Arc::new((0..all).map(|_| AtomicU64::new(0)).collect());
     let mut tasks = vec![];
     for name in &names {
         for (i, client) in clients.iter().enumerate() {
