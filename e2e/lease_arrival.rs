@@ -231,3 +231,49 @@ async fn a_displaced_lease_arrival_arrives_by_its_claim_and_is_granted() {
     b.close().await;
     ns.cleanup().await;
 }
+
+/// A waiter whose operator is slow names itself as the next-holder hint (`grant::waiter_hint`,
+/// `docs/two-writes-per-grant.md`, "A waiter names itself as the hint"): with the operator
+/// stopped after a's grant, b's first request waits by its new claim, and after
+/// `WAITER_HINT_AFTER` b writes the hint itself (b's request, a's token + 1); a's release hands
+/// the lock to b with no operator at all. Without the fallback b waits for ever (no operator
+/// writes the hint nor grants).
+#[tokio::test]
+async fn a_waiter_names_itself_as_the_hint_when_no_operator_does_and_is_handed_the_lock() {
+    let mut ns = TestNs::new("waiter-hint").await;
+    ns.create_lock("l", json!({})).await;
+    let op = ns.start_operator(&[]);
+    let (claims, leases) = (ns.api::<DistributedLockClaim>(), ns.api::<Lease>());
+    let a = Holder::new(ns.client.clone(), &ns.ns, "l", "a");
+    let b = Holder::new(ns.client.clone(), &ns.ns, "l", "b");
+    let ga = a.acquire(Some(WAIT)).await.expect("a acquires");
+    let l = leases.get("l").await.unwrap();
+    let ceiling = l.metadata.annotations.as_ref().and_then(|a| a.get(TOKEN_CEILING_ANNOTATION).cloned());
+    assert!(ceiling.is_some(), "the operator's grant writes the token ceiling");
+    let pid = ns.operator_pid(op).to_string();
+    assert!(std::process::Command::new("kill").args(["-KILL", &pid]).status().unwrap().success());
+    ns.wait_operator_exit(op).await;
+
+    let holders = record_holders(&leases, "l").await;
+    let ticket = b.enqueue(OnBusy::Wait).await.expect("b enqueues");
+    assert_eq!(ticket.request(), Some(1), "b's first request arrives by its new claim");
+    let (uid, request, _) = claim_of(&claims, "b").await;
+    assert_eq!(request, Some(1));
+    let me = request_uid(&uid, 1);
+    let token = ga.token() + 1;
+    let want = Next { identity: "b".into(), uid: me.clone(), token };
+    let waiting = tokio::spawn(async move { ticket.wait(Some(WAIT)).await });
+    wait_until("b names itself as the hint", WAIT, || async {
+        holders.lock().unwrap().iter().any(|(_, n)| n.as_ref() == Some(&want))
+    })
+    .await;
+    ga.release().await.expect("a releases");
+    let gb = waiting.await.unwrap().expect("b is handed the lock by a's release");
+    assert_eq!(gb.token(), token, "b holds with the hint's token");
+    assert_eq!(holder_uid(&leases.get("l").await.unwrap()), Some(me), "the Lease names b's request");
+    assert!(!ns.operator_alive(op), "no operator ran");
+    gb.release().await.expect("b releases");
+    a.close().await;
+    b.close().await;
+    ns.cleanup().await;
+}

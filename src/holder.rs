@@ -53,7 +53,10 @@ use kube::{Client, ResourceExt};
 use tokio::sync::watch;
 
 use crate::crd::{ClaimPhase, DistributedLock, DistributedLockClaim, DistributedLockClaimSpec, OnBusy};
-use crate::lock::grant::{HolderKind, LeaseArrival, LeaseView, Next, lease_arrival, request_uid, split_request_uid};
+use crate::lock::grant::{
+    HolderKind, LeaseArrival, LeaseView, Next, WAITER_HINT_AFTER, lease_arrival, request_uid, split_request_uid,
+    waiter_hint,
+};
 use crate::lock::{
     HOLDER_KIND_ANNOTATION, HOLDER_UID_ANNOTATION, NEXT_HOLDER_ANNOTATION, NEXT_HOLDER_UID_ANNOTATION,
     NEXT_TOKEN_ANNOTATION, TOKEN_ANNOTATION,
@@ -493,6 +496,7 @@ impl Holder {
             request: None,
             standing: None,
             arrived: None,
+            may_hint: false,
             lease_duration,
             timings,
             queued,
@@ -553,6 +557,7 @@ impl Holder {
                         request: Some(request),
                         standing: Some(StandingRef { object_uid: c.uid.clone(), shared: self.standing.clone() }),
                         arrived: Some(arrived),
+                        may_hint: on_busy == OnBusy::Wait,
                         lease_duration,
                         timings,
                         queued,
@@ -637,6 +642,7 @@ impl Holder {
             request: Some(standing.request),
             standing: Some(StandingRef { object_uid: standing.uid, shared: self.standing.clone() }),
             arrived: None,
+            may_hint: on_busy == OnBusy::Wait,
             lease_duration,
             timings,
             queued,
@@ -756,6 +762,33 @@ impl Holder {
         }
     }
 
+    /// Names request `uid` (a [`request_uid`]), waiting by its claim, as the next-holder hint of
+    /// `lease` (the lock's Lease as the wait's watch brought it) when [`waiter_hint`] allows it:
+    /// one compare-and-swap PUT at that version. Returns whether the wait is done with this: the
+    /// hint landed, or the holder role may not write Leases (403); `false` when no hint is
+    /// allowed on this version or the write was refused otherwise (409: a newer version comes).
+    async fn hint_itself(&self, mut lease: Lease, uid: &str) -> bool {
+        let Some(next) = waiter_hint(&crate::lease::view(&lease), &self.identity, uid) else {
+            return false;
+        };
+        crate::lease::put_next(&mut lease, Some(&next));
+        let leases: Api<Lease> = Api::namespaced(self.client.clone(), &self.namespace);
+        match leases.replace(&self.lock, &PostParams::default(), &lease).await {
+            Ok(_) => {
+                tracing::trace!(lock = %self.lock, identity = %self.identity, token = next.token, "named itself as the hint");
+                true
+            }
+            Err(e) => {
+                tracing::debug!(lock = %self.lock, identity = %self.identity, error = %e, "naming itself as the hint failed");
+                let refused = is_forbidden(&e);
+                if refused {
+                    lock_state(&self.standing).lease_refused = true;
+                }
+                refused
+            }
+        }
+    }
+
     /// A watch of the lock's own Lease (by name) from version `rv`; `None` when it cannot start.
     async fn watch_lease(&self, rv: &str) -> Option<LeaseWatch> {
         let leases: Api<Lease> = Api::namespaced(self.client.clone(), &self.namespace);
@@ -793,14 +826,20 @@ impl Holder {
     /// rejected or not, until its holder stops renewing (`lock::grant`), so acting on the grant is
     /// safe; the model checker explores both orders (`tests/model.rs`, `ClaimLearns`,
     /// `ClaimGivesUp`, `Bug::RejectedClaimAsPod`).
+    ///
+    /// A plain waiter of a standing claim (`may_hint`) that waits by its claim names itself as
+    /// the next-holder hint once, with one compare-and-swap on a Lease version its watch
+    /// brought, when [`WAITER_HINT_AFTER`] has passed and [`waiter_hint`] allows it (the lock is
+    /// held by another claim and nobody is hinted: the operator's own hint is late). A conflict
+    /// waits for the next Lease version.
     async fn wait_for_grant(
         &self,
         claims: &Api<DistributedLockClaim>,
         name: &str,
-        uid: &str,
-        request: Option<i64>,
+        (uid, request): (&str, Option<i64>),
         created_rv: &str,
         hint: Option<HintWait>,
+        may_hint: bool,
     ) -> Result<(Granted, Option<LeaseWatch>), HolderError> {
         use futures::future::ready;
         // The claim: one WATCH from the version its create returned (every change after the
@@ -848,7 +887,12 @@ impl Holder {
         if let Some(h) = hint.take_if(|_| lease_events.is_none()) {
             self.rearrive(claims, name, &h).await?;
         }
+        // When this request may name itself as the hint ([`waiter_hint`]); `None` once it did
+        // (or may not). The Lease version its watch brought last, not yet tried.
+        let mut self_hint = (may_hint && request.is_some()).then(|| tokio::time::Instant::now() + WAITER_HINT_AFTER);
+        let mut last_lease: Option<Lease> = None;
         loop {
+            let hint_due = self_hint.filter(|_| hint.is_none() && last_lease.is_some());
             let next_lease = async {
                 match lease_events.as_mut() {
                     Some(s) => s.next().await,
@@ -860,6 +904,14 @@ impl Holder {
                     Some(ev) => ev,
                     None => return Err(HolderError::Rejected("claim watch ended".into())),
                 },
+                () = tokio::time::sleep_until(hint_due.unwrap_or_else(tokio::time::Instant::now)), if hint_due.is_some() => {
+                    if let Some(l) = last_lease.take()
+                        && self.hint_itself(l, uid).await
+                    {
+                        self_hint = None;
+                    }
+                    continue;
+                }
                 ev = next_lease => {
                     let displaced_now = match ev {
                         Some(Ok(WatchEvent::Added(l) | WatchEvent::Modified(l))) => {
@@ -867,7 +919,9 @@ impl Holder {
                                 return Ok((grant, lease_events));
                             }
                             last_rv = l.resource_version().unwrap_or_default();
-                            displaced(&crate::lease::view(&l), uid)
+                            let displaced_now = displaced(&crate::lease::view(&l), uid);
+                            last_lease = Some(l);
+                            displaced_now
                         }
                         Some(Ok(WatchEvent::Deleted(_))) => true,
                         Some(Ok(WatchEvent::Bookmark(_))) => false,
@@ -1027,6 +1081,9 @@ pub struct Ticket {
     standing: Option<StandingRef>,
     /// How a standing claim's request arrived by the Lease; `None`: by the claim.
     arrived: Option<LeaseArrived>,
+    /// A plain waiter ([`OnBusy::Wait`]) of a standing claim: while it waits by its claim, it
+    /// may name itself as the next-holder hint ([`waiter_hint`]).
+    may_hint: bool,
     lease_duration: Duration,
     timings: Resolved,
     /// When the claim's create (a standing claim: the patch that made this request) was sent
@@ -1093,8 +1150,14 @@ impl Ticket {
             _ => None,
         };
         tracing::trace!(lock = %self.holder.lock, identity = %self.holder.identity, request = ?self.request, hint = hint.is_some(), "waiting for the grant");
-        let wait =
-            self.holder.wait_for_grant(&self.claims, &self.claim_name, &grant_uid, self.request, &self.claim_rv, hint);
+        let wait = self.holder.wait_for_grant(
+            &self.claims,
+            &self.claim_name,
+            (&grant_uid, self.request),
+            &self.claim_rv,
+            hint,
+            self.may_hint,
+        );
         let ((token, slot, lease_name, known), lease_watch) = match timeout {
             Some(t) => tokio::time::timeout(t, wait)
                 .await
@@ -1130,9 +1193,10 @@ impl Ticket {
         if let Err(e) = clear_holder(&leases, &lease_name, identity, &grant_uid, known, true, released).await {
             tracing::debug!(error = %e, "freeing the Lease on cancel failed (it expires)");
         }
-        if matches!(self.arrived, Some(LeaseArrived::Hint { .. })) {
+        if matches!(self.arrived, Some(LeaseArrived::Hint { .. })) || self.may_hint {
             // A hint naming a request nobody waits for would have the release hand the lock to
-            // it (held by nobody until it expires).
+            // it (held by nobody until it expires): its arrival's, or one the wait wrote
+            // ([`waiter_hint`]).
             clear_hint(&leases, &self.holder.lock, &grant_uid).await;
         }
         if let Some(s) = &self.standing {

@@ -141,6 +141,7 @@ const RELEASE_UNRECORDED: &str = "a claim releases before its grant is recorded 
 const SECOND_REQUEST: &str = "a standing claim's second request is granted (issue 12)";
 const LEASE_ARRIVAL: &str = "a request that arrived by the Lease is granted (issue 12)";
 const REARRIVAL: &str = "a waiter displaced from the Lease arrives again by its claim";
+const WAITER_HINT: &str = "a waiter that named itself as the next-holder hint is granted";
 const POD_NAMES: [&str; 3] = ["pod-a", "pod-b", "pod-c"];
 const CLAIM_NAMES: [&str; 2] = ["claim-x", "claim-y"];
 
@@ -282,6 +283,9 @@ struct Config {
     /// A standing claim's process that waits (plain wait) may arrive by the Lease
     /// ([`Action::ClaimArrivesByLease`], `grant::lease_arrival`) instead of by its claim.
     lease_arrivals: bool,
+    /// A process whose request waits by its claim may name itself as the next-holder hint
+    /// ([`Action::ClaimWaiterHints`], `grant::waiter_hint`), once per request.
+    waiter_hints: bool,
     /// The lock's `status.tokenCeiling` at the start (the reservation made by its first
     /// reconcile: one block, 1000).
     initial_ceiling: i64,
@@ -324,6 +328,7 @@ impl Config {
         unseen_old_pod: false,
         requests: 1,
         lease_arrivals: false,
+        waiter_hints: false,
         initial_ceiling: 1000,
         recreated_lease: false,
         start_claim_held: false,
@@ -451,6 +456,21 @@ struct ClaimProc {
     /// released request again breaks I3. (A request it gave up on may still be named by a stale
     /// hint, as a one-shot claim deleted under it may: it holds unrenewed until it expires.)
     finished: u8,
+    /// How its current request arrived (what [`Action::ClaimWaiterHints`] may do).
+    arrived: Arrived,
+}
+
+/// How a process's current request arrived.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+enum Arrived {
+    /// By its claim (`spec.request`), as the first request does: it may name itself as the
+    /// hint ([`Action::ClaimWaiterHints`]).
+    #[default]
+    ByClaim,
+    /// By the Lease ([`Action::ClaimArrivesByLease`]), not (yet) again by its claim.
+    ByLease,
+    /// By its claim, and it has named itself as the hint once since.
+    HintedItself,
 }
 
 impl ClaimProc {
@@ -538,6 +558,9 @@ const REQUESTED_AGAIN: u16 = 512;
 const GRANTED_BY_LEASE_ARRIVAL: u16 = 1024;
 /// A process displaced from the Lease arrived again by its claim.
 const ARRIVED_AGAIN: u16 = 2048;
+/// A process that named itself as the next-holder hint ([`Action::ClaimWaiterHints`]) saw its
+/// grant.
+const WAITER_HINT_GRANTED: u16 = 4096;
 const REJECTED_THEN_GRANTED: &str = "I3: a rejected waiter was granted";
 
 /// The annotations an operator's Lease write sets beside the holder: the next-holder hint,
@@ -608,6 +631,12 @@ enum Action {
     /// arrives again by its claim: one merge patch setting `spec.request` to that request and
     /// `spec.requestTime` to when it first arrived.
     ClaimReArrives(usize),
+    /// A process whose request waits by its claim (`spec.request` names it) names itself as the
+    /// next-holder hint, once per request (`grant::waiter_hint`, issue 12: the holder library's
+    /// fallback when the operator's own hint is slow to come): one compare-and-swap on the
+    /// lock's Lease, held by another claim with no hint, with the Lease's next token up to its
+    /// `leasehold.dev/token-ceiling`. Its claim stays as it is.
+    ClaimWaiterHints(usize),
     /// A third party deletes slot `n`'s Lease.
     LeaseDeleted(usize),
     /// A third party edits the Lease to name waiting pod `n` with a plausible token.
@@ -1055,6 +1084,23 @@ impl World {
             && !p.paused
             && !named
             && self.api.claims[i].as_ref().is_some_and(|c| c.request < p.req())
+    }
+
+    /// The hint claim `i`'s process may write for itself ([`Action::ClaimWaiterHints`]): a
+    /// plain waiter (no skip, no max-wait) of a standing claim, waiting (not paused) with a
+    /// request that arrived by its claim and has not named itself yet, on the lock's Lease as the
+    /// API server has it (`grant::waiter_hint`).
+    fn waiter_hint(&self, i: usize, cfg: &Config) -> Option<Next> {
+        let (policy, p) = (cfg.claim_policy[i], &self.procs[i]);
+        let plain = !policy.skip && policy.max_wait.is_none();
+        if !self.standing || !plain || p.done || p.paused || p.holding.is_some() || p.arrived != Arrived::ByClaim {
+            return None;
+        }
+        let mut view = snapshot(&self.api, None, cfg).lease?;
+        if cfg.bug == Some(Bug::ArrivalAboveCeiling) {
+            view.ceiling = view.ceiling.map(|_| i64::MAX);
+        }
+        grant::waiter_hint(&view, CLAIM_NAMES[i], &self.proc_uid(i))
     }
 
     /// Claim `i`'s candidate UID for the request its process works on.
@@ -1605,6 +1651,9 @@ impl Model for LockModel {
             if w.re_arrival_due(i, &self.cfg) {
                 out.push(Action::ClaimReArrives(i));
             }
+            if self.cfg.waiter_hints && w.waiter_hint(i, &self.cfg).is_some() {
+                out.push(Action::ClaimWaiterHints(i));
+            }
             if proc_.holding.is_some() && !proc_.paused {
                 out.push(Action::ClaimRenews(i));
                 out.push(Action::ClaimReleases(i));
@@ -1709,12 +1758,14 @@ impl Model for LockModel {
                 (c.request, c.requested_at, c.rv) = (next, i64::from(now), rv);
                 let p = &mut w.procs[i];
                 (p.request, p.done, p.handed, p.slot, p.queued_at) = (next, false, None, 0, now);
+                p.arrived = Arrived::ByClaim;
             }
             Action::ClaimArrivesByLease(i) => {
                 let arrival = w.lease_arrival(i, &self.cfg)?;
                 let (rv, now, next) = (w.rv(), w.now, w.procs[i].req() + 1);
                 let p = &mut w.procs[i];
                 (p.request, p.done, p.handed, p.slot, p.queued_at) = (next, false, None, 0, now);
+                p.arrived = Arrived::ByLease;
                 let me = w.proc_uid(i);
                 let lease = w.api.leases[0].as_mut()?;
                 lease.rv = rv;
@@ -1737,7 +1788,15 @@ impl Model for LockModel {
                 let (request, at) = (p.req(), p.queued_at);
                 let c = w.api.claims[i].as_mut()?;
                 (c.request, c.requested_at, c.rv) = (request, i64::from(at), rv);
+                w.procs[i].arrived = Arrived::ByClaim;
                 w.events |= ARRIVED_AGAIN;
+            }
+            Action::ClaimWaiterHints(i) => {
+                let next = w.waiter_hint(i, &self.cfg)?;
+                let rv = w.rv();
+                w.procs[i].arrived = Arrived::HintedItself;
+                let lease = w.api.leases[0].as_mut()?;
+                (lease.next, lease.rv) = (Some((next.identity, next.uid, next.token)), rv);
             }
             Action::ClaimLearns(i, from) => {
                 // `holder::Holder::wait_for_grant`: a Lease of the lock whose holderIdentity and
@@ -1761,6 +1820,9 @@ impl Model for LockModel {
                 let (token, slot) = (token, k as u8);
                 w.procs[i].slot = slot;
                 w.procs[i].done = true;
+                if w.procs[i].arrived == Arrived::HintedItself {
+                    w.events |= WAITER_HINT_GRANTED;
+                }
                 let start = w.now;
                 // `LockGuard::start`: the claim's create (time 0: every modelled claim exists from
                 // the start) was sent before any operator could see a grant to it, so it bounds
@@ -1921,6 +1983,7 @@ impl Model for LockModel {
             Property::sometimes(SECOND_REQUEST, |_, w: &World| w.events & REQUESTED_AGAIN != 0),
             Property::sometimes(LEASE_ARRIVAL, |_, w: &World| w.events & GRANTED_BY_LEASE_ARRIVAL != 0),
             Property::sometimes(REARRIVAL, |_, w: &World| w.events & ARRIVED_AGAIN != 0),
+            Property::sometimes(WAITER_HINT, |_, w: &World| w.events & WAITER_HINT_GRANTED != 0),
             Property::sometimes(TWO_AT_ONCE, |_, w: &World| w.running().iter().filter(|r| !r.1).count() >= 2),
         ]
     }
@@ -2218,6 +2281,58 @@ fn lease_arrivals_while_the_lock_becomes_a_semaphore() {
     assert_safe("lease-arrival-semaphore", cfg, LEASE_ARRIVAL_SEMAPHORE_DEPTH, &[LEASE_ARRIVAL, CHANGED_GRANT]);
 }
 
+/// Standing claims whose waiting processes name themselves as the next-holder hint when the
+/// operator has not (issue 12, `docs/two-writes-per-grant.md`, "A waiter names itself as the
+/// hint"), beside arrivals by the Lease, with a fault and an operator restart.
+fn waiter_hints() -> Config {
+    Config {
+        claims: 2,
+        requests: 2,
+        max_time: 3,
+        record_delay_secs: 1,
+        lease_arrivals: true,
+        waiter_hints: true,
+        ..Config::BASE
+    }
+}
+
+#[test]
+fn standing_claim_waiters_name_themselves_as_the_hint() {
+    assert_safe("waiter-hint", waiter_hints(), WAITER_HINT_DEPTH, &[WAITER_HINT, SECOND_REQUEST, LEASE_ARRIVAL]);
+}
+
+/// [`waiter_hints`] with two operators whose caches lag and no restart.
+#[test]
+fn standing_claim_waiters_name_themselves_as_the_hint_with_two_operators() {
+    let cfg = Config { operators: 2, max_time: 2, restarts: 0, ..waiter_hints() };
+    assert_safe("waiter-hint-2ops", cfg, WAITER_HINT_2OPS_DEPTH, &[WAITER_HINT, SECOND_REQUEST]);
+}
+
+/// A waiter's own hint displaced by an older waiter (a pod the operator's cache had not seen):
+/// it still waits by its claim and is answered.
+#[test]
+fn a_waiter_s_own_hint_displaced_by_an_older_waiter() {
+    let cfg = Config { waiter_hints: true, lease_arrivals: false, ..displaced() };
+    assert_safe("waiter-hint-displaced", cfg, DISPLACED_DEPTH, &[WAITER_HINT]);
+}
+
+/// A waiter's own hint with a token above `leasehold.dev/token-ceiling` (I2).
+#[test]
+fn a_planted_bug_waiter_hint_above_the_ceiling_is_caught() {
+    let cfg = Config {
+        claims: 2,
+        requests: 2,
+        restarts: 0,
+        faults: 0,
+        waiter_hints: true,
+        initial_ceiling: 1,
+        ..Config::BASE
+    };
+    planted_violates(Bug::ArrivalAboveCeiling, cfg, 8, I2);
+}
+
+const WAITER_HINT_DEPTH: usize = 12;
+const WAITER_HINT_2OPS_DEPTH: usize = 9;
 const LEASE_ARRIVAL_RECREATE_DEPTH: usize = 11;
 const LEASE_ARRIVAL_SEMAPHORE_DEPTH: usize = 11;
 const LEASE_ARRIVAL_DEPTH: usize = 12;
