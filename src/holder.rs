@@ -698,19 +698,16 @@ impl Holder {
         // clock for it) before the write lands.
         let queued = Instant::now();
         match leases.replace(&self.lock, &PostParams::default(), &lease).await {
-            Ok(written) => Ok((
-                match arrival {
+            Ok(written) => {
+                tracing::trace!(lock = %self.lock, identity = %self.identity, ?arrival, "arrived by the Lease");
+                let arrived = match arrival {
                     LeaseArrival::Hint(_) => {
-                        tracing::trace!(lock = %self.lock, identity = %self.identity, "arrived by the Lease: hint");
                         LeaseArrived::Hint { time, rv: written.resource_version().unwrap_or_default() }
                     }
-                    LeaseArrival::Take(_) => {
-                        tracing::trace!(lock = %self.lock, identity = %self.identity, "arrived by the Lease: take");
-                        LeaseArrived::Took(Box::new(written))
-                    }
-                },
-                queued,
-            )),
+                    LeaseArrival::Take(_) => LeaseArrived::Took(Box::new(written)),
+                };
+                Ok((arrived, queued))
+            }
             Err(e) => {
                 tracing::debug!(lock = %self.lock, identity = %self.identity, error = %e, "the arrival by the Lease failed: arriving by the claim");
                 if is_forbidden(&e) {

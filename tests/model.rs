@@ -2332,7 +2332,7 @@ fn a_planted_bug_waiter_hint_above_the_ceiling_is_caught() {
 }
 
 const WAITER_HINT_DEPTH: usize = 12;
-const WAITER_HINT_2OPS_DEPTH: usize = 9;
+const WAITER_HINT_2OPS_DEPTH: usize = 10;
 const LEASE_ARRIVAL_RECREATE_DEPTH: usize = 11;
 const LEASE_ARRIVAL_SEMAPHORE_DEPTH: usize = 11;
 const LEASE_ARRIVAL_DEPTH: usize = 12;
