@@ -40,6 +40,7 @@
 //! before it notices; only the fencing token ([`LockGuard::token`]), checked by the resource it
 //! writes to, makes such late writes harmless (correctness grade).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -497,6 +498,7 @@ impl Holder {
             standing: None,
             arrived: None,
             may_hint: false,
+            hinted: AtomicBool::new(false),
             lease_duration,
             timings,
             queued,
@@ -558,6 +560,7 @@ impl Holder {
                         standing: Some(StandingRef { object_uid: c.uid.clone(), shared: self.standing.clone() }),
                         arrived: Some(arrived),
                         may_hint: on_busy == OnBusy::Wait,
+                        hinted: AtomicBool::new(false),
                         lease_duration,
                         timings,
                         queued,
@@ -643,6 +646,7 @@ impl Holder {
             standing: Some(StandingRef { object_uid: standing.uid, shared: self.standing.clone() }),
             arrived: None,
             may_hint: on_busy == OnBusy::Wait,
+            hinted: AtomicBool::new(false),
             lease_duration,
             timings,
             queued,
@@ -761,14 +765,17 @@ impl Holder {
 
     /// Names request `uid` (a [`request_uid`]), waiting by its claim, as the next-holder hint of
     /// `lease` (the lock's Lease as the wait's watch brought it) when [`waiter_hint`] allows it:
-    /// one compare-and-swap PUT at that version. Returns whether the wait is done with this: the
-    /// hint landed, or the holder role may not write Leases (403); `false` when no hint is
-    /// allowed on this version or the write was refused otherwise (409: a newer version comes).
-    async fn hint_itself(&self, mut lease: Lease, uid: &str) -> bool {
+    /// one compare-and-swap PUT at that version, after `sent` is set (the hint may land from
+    /// then on: [`Ticket::cancel`] withdraws it). Returns whether the wait is done with naming
+    /// itself: the write landed or may have (any failure but a conflict, a lost answer included),
+    /// or the holder role may not write Leases (403); `false` when no hint is allowed on this
+    /// version or the write met a conflict (409: it did not land, and a newer version comes).
+    async fn hint_itself(&self, mut lease: Lease, uid: &str, sent: &AtomicBool) -> bool {
         let Some(next) = waiter_hint(&crate::lease::view(&lease), &self.identity, uid) else {
             return false;
         };
         crate::lease::put_next(&mut lease, Some(&next));
+        sent.store(true, Ordering::SeqCst);
         let leases: Api<Lease> = Api::namespaced(self.client.clone(), &self.namespace);
         match leases.replace(&self.lock, &PostParams::default(), &lease).await {
             Ok(_) => {
@@ -777,11 +784,10 @@ impl Holder {
             }
             Err(e) => {
                 tracing::debug!(lock = %self.lock, identity = %self.identity, error = %e, "naming itself as the hint failed");
-                let refused = is_forbidden(&e);
-                if refused {
+                if is_forbidden(&e) {
                     lock_state(&self.standing).lease_refused = true;
                 }
-                refused
+                !matches!(&e, kube::Error::Api(s) if s.code == 409)
             }
         }
     }
@@ -824,7 +830,8 @@ impl Holder {
     /// safe; the model checker explores both orders (`tests/model.rs`, `ClaimLearns`,
     /// `ClaimGivesUp`, `Bug::RejectedClaimAsPod`).
     ///
-    /// A plain waiter of a standing claim (`may_hint`) that waits by its claim names itself as
+    /// A plain waiter of a standing claim (`hinted`: `Some`, the ticket's record that a hint
+    /// write was sent) that waits by its claim names itself as
     /// the next-holder hint once, with one compare-and-swap on a Lease version its watch
     /// brought, when [`WAITER_HINT_AFTER`] has passed and [`waiter_hint`] allows it (the lock is
     /// held by another claim and nobody is hinted: the operator's own hint is late). A conflict
@@ -836,7 +843,7 @@ impl Holder {
         (uid, request): (&str, Option<i64>),
         created_rv: &str,
         hint: Option<HintWait>,
-        may_hint: bool,
+        hinted: Option<&AtomicBool>,
     ) -> Result<(Granted, Option<LeaseWatch>), HolderError> {
         use futures::future::ready;
         // The claim: one WATCH from the version its create returned (every change after the
@@ -884,9 +891,14 @@ impl Holder {
         if let Some(h) = hint.take_if(|_| lease_events.is_none()) {
             self.rearrive(claims, name, &h).await?;
         }
-        // When this request may name itself as the hint ([`waiter_hint`]); `None` once it did
-        // (or may not). The Lease version its watch brought last, not yet tried.
-        let mut self_hint = (may_hint && request.is_some()).then(|| tokio::time::Instant::now() + WAITER_HINT_AFTER);
+        // When this request may name itself as the hint ([`waiter_hint`]): `WAITER_HINT_AFTER`
+        // after it started waiting by its claim; `None` once a hint write landed or may have
+        // (also in an earlier wait of the same ticket), or when it may not. The Lease version its
+        // watch brought last, not yet tried.
+        let may_hint = hinted.is_some_and(|h| !h.load(Ordering::SeqCst))
+            && request.is_some()
+            && !lock_state(&self.standing).lease_refused;
+        let mut self_hint = may_hint.then(|| tokio::time::Instant::now() + WAITER_HINT_AFTER);
         let mut last_lease: Option<Lease> = None;
         loop {
             let hint_due = self_hint.filter(|_| hint.is_none() && last_lease.is_some());
@@ -902,8 +914,8 @@ impl Holder {
                     None => return Err(HolderError::Rejected("claim watch ended".into())),
                 },
                 () = tokio::time::sleep_until(hint_due.unwrap_or_else(tokio::time::Instant::now)), if hint_due.is_some() => {
-                    if let Some(l) = last_lease.take()
-                        && self.hint_itself(l, uid).await
+                    if let (Some(l), Some(sent)) = (last_lease.take(), hinted)
+                        && self.hint_itself(l, uid, sent).await
                     {
                         self_hint = None;
                     }
@@ -944,6 +956,8 @@ impl Holder {
                     };
                     if let Some(h) = hint.take_if(|_| displaced_now) {
                         self.rearrive(claims, name, &h).await?;
+                        // Waiting by its claim from now on: the operator's hint has its second.
+                        self_hint = self_hint.map(|_| tokio::time::Instant::now() + WAITER_HINT_AFTER);
                     }
                     continue;
                 }
@@ -1081,6 +1095,9 @@ pub struct Ticket {
     /// A plain waiter ([`OnBusy::Wait`]) of a standing claim: while it waits by its claim, it
     /// may name itself as the next-holder hint ([`waiter_hint`]).
     may_hint: bool,
+    /// A wait of this ticket sent such a hint write (it may have landed): no wait sends another,
+    /// and [`Ticket::cancel`] withdraws it.
+    hinted: AtomicBool,
     lease_duration: Duration,
     timings: Resolved,
     /// When the claim's create (a standing claim: the patch that made this request) was sent
@@ -1153,7 +1170,7 @@ impl Ticket {
             (&grant_uid, self.request),
             &self.claim_rv,
             hint,
-            self.may_hint,
+            self.may_hint.then_some(&self.hinted),
         );
         let ((token, slot, lease_name, known), lease_watch) = match timeout {
             Some(t) => tokio::time::timeout(t, wait)
@@ -1187,14 +1204,15 @@ impl Ticket {
         let grant_uid = self.grant_uid();
         let kept = self.standing.as_ref().and_then(|s| s.spec_request_uid());
         let released = self.request.map(|_| (grant_uid.as_str(), kept.as_deref()));
-        if let Err(e) = clear_holder(&leases, &lease_name, identity, &grant_uid, known, true, released).await {
-            tracing::debug!(error = %e, "freeing the Lease on cancel failed (it expires)");
-        }
-        if matches!(self.arrived, Some(LeaseArrived::Hint { .. })) || self.may_hint {
+        if matches!(self.arrived, Some(LeaseArrived::Hint { .. })) || self.hinted.load(Ordering::SeqCst) {
             // A hint naming a request nobody waits for would have the release hand the lock to
             // it (held by nobody until it expires): its arrival's, or one the wait wrote
-            // ([`waiter_hint`]).
+            // ([`waiter_hint`]). Withdrawn first, so a release between the two writes cannot hand
+            // the lock to it.
             clear_hint(&leases, &self.holder.lock, &grant_uid).await;
+        }
+        if let Err(e) = clear_holder(&leases, &lease_name, identity, &grant_uid, known, true, released).await {
+            tracing::debug!(error = %e, "freeing the Lease on cancel failed (it expires)");
         }
         if let Some(s) = &self.standing {
             s.forget();

@@ -309,14 +309,14 @@ pub fn lease_arrival(lease: &LeaseView, identity: &str, uid: &str) -> Option<Lea
 /// waits by its claim (`spec.request` names it), may name itself as the next-holder hint on
 /// `lease`: the hint [`lease_arrival`] would write ([`LeaseArrival::Hint`]), never a take. `None`
 /// whenever [`lease_arrival`] allows no hint: a free Lease (the operator grants it, by a
-/// compare-and-swap of its own), a hint already there, a Lease held by a pod or by this request,
-/// no ceiling or a next token above it.
+/// compare-and-swap of its own), an untrusted Lease, a hint already there, a Lease held by a pod,
+/// by [`RECOVERY_HOLDER`] or by this request, no ceiling or a next token above it.
 ///
 /// A fallback for a waiter whose operator is slow (issue 12, `docs/two-writes-per-grant.md`,
 /// "A waiter names itself as the hint"): under a saturated API server the operator's grant or
 /// hint loses the compare-and-swap race to the other process's next arrival again and again,
 /// while the waiter's own Lease watch shows every free moment first. The holder library calls it
-/// only after [`WAITER_HINT_AFTER`] and at most once per request, so the operator's own hint
+/// only after [`WAITER_HINT_AFTER`] and lands at most one such hint per request, so the operator's own hint
 /// (FIFO, older waiters first) normally comes first and is not fought over. Safe for the same
 /// reasons as [`lease_arrival`]; model-checked: `tests/model.rs`, `Action::ClaimWaiterHints`.
 pub fn waiter_hint(lease: &LeaseView, identity: &str, uid: &str) -> Option<Next> {
@@ -327,8 +327,10 @@ pub fn waiter_hint(lease: &LeaseView, identity: &str, uid: &str) -> Option<Next>
 }
 
 /// How long a standing claim's request waits by its claim before its process may name itself as
-/// the next-holder hint ([`waiter_hint`]): 1 second, well above the operator's reaction time on a
-/// healthy API server (milliseconds), so the operator's FIFO hint comes first there.
+/// the next-holder hint ([`waiter_hint`]): 1 second, counted from the start of the wait
+/// (`Ticket::wait`) or from its arrival by the claim after a displaced Lease arrival; well above
+/// the operator's reaction time on a healthy API server (milliseconds), so the operator's FIFO
+/// hint comes first there.
 pub const WAITER_HINT_AFTER: Duration = Duration::from_secs(1);
 
 /// How many entries of `leasehold.dev/released` ([`LeaseView::released`]) a Lease write keeps
