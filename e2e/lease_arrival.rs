@@ -277,3 +277,42 @@ async fn a_waiter_names_itself_as_the_hint_when_no_operator_does_and_is_handed_t
     b.close().await;
     ns.cleanup().await;
 }
+
+/// A wait that times out after the waiter named itself as the hint, then cancelled: the cancel
+/// withdraws the hint (before it frees anything), so the holder's release frees the Lease
+/// instead of handing it to a request nobody waits for. The operator is stopped, as above, so
+/// only the waiter writes the hint. Without the withdrawal the Lease names b's cancelled request
+/// after a's release.
+#[tokio::test]
+async fn a_cancelled_wait_withdraws_the_waiter_s_own_hint() {
+    let mut ns = TestNs::new("waiter-hint-cancel").await;
+    ns.create_lock("l", json!({})).await;
+    let op = ns.start_operator(&[]);
+    let (claims, leases) = (ns.api::<DistributedLockClaim>(), ns.api::<Lease>());
+    let a = Holder::new(ns.client.clone(), &ns.ns, "l", "a");
+    let b = Holder::new(ns.client.clone(), &ns.ns, "l", "b");
+    let ga = a.acquire(Some(WAIT)).await.expect("a acquires");
+    let pid = ns.operator_pid(op).to_string();
+    assert!(std::process::Command::new("kill").args(["-KILL", &pid]).status().unwrap().success());
+    ns.wait_operator_exit(op).await;
+
+    let ticket = b.enqueue(OnBusy::Wait).await.expect("b enqueues");
+    let (uid, _, _) = claim_of(&claims, "b").await;
+    let me = request_uid(&uid, 1);
+    // The hint comes 1 s into the wait; the wait gives up at 3 s (a holds on).
+    let waited = ticket.wait(Some(Duration::from_secs(3))).await;
+    assert!(waited.is_err(), "b is not granted while a holds");
+    let hinted = leasehold::lease::next(&leases.get("l").await.unwrap()).map(|n| n.uid);
+    assert_eq!(hinted, Some(me.clone()), "b named itself as the hint during its wait");
+    ticket.cancel().await;
+    let l = leases.get("l").await.unwrap();
+    assert_eq!(leasehold::lease::next(&l), None, "the cancel withdrew b's hint");
+    assert_eq!(holder_uid(&l).map(|u| u.starts_with(&uid)), Some(false), "a still holds");
+    ga.release().await.expect("a releases");
+    let l = leases.get("l").await.unwrap();
+    assert_ne!(holder_uid(&l), Some(me), "a's release hands the lock to nobody's request");
+    assert_eq!(l.spec.as_ref().and_then(|s| s.holder_identity.clone()).filter(|h| !h.is_empty()), None, "free");
+    a.close().await;
+    b.close().await;
+    ns.cleanup().await;
+}

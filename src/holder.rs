@@ -498,7 +498,7 @@ impl Holder {
             standing: None,
             arrived: None,
             may_hint: false,
-            hinted: AtomicBool::new(false),
+            hinted: OwnHint::default(),
             lease_duration,
             timings,
             queued,
@@ -560,7 +560,7 @@ impl Holder {
                         standing: Some(StandingRef { object_uid: c.uid.clone(), shared: self.standing.clone() }),
                         arrived: Some(arrived),
                         may_hint: on_busy == OnBusy::Wait,
-                        hinted: AtomicBool::new(false),
+                        hinted: OwnHint::default(),
                         lease_duration,
                         timings,
                         queued,
@@ -646,7 +646,7 @@ impl Holder {
             standing: Some(StandingRef { object_uid: standing.uid, shared: self.standing.clone() }),
             arrived: None,
             may_hint: on_busy == OnBusy::Wait,
-            hinted: AtomicBool::new(false),
+            hinted: OwnHint::default(),
             lease_duration,
             timings,
             queued,
@@ -770,14 +770,27 @@ impl Holder {
     /// itself: the write landed or may have (any failure but a conflict, a lost answer included),
     /// or the holder role may not write Leases (403); `false` when no hint is allowed on this
     /// version or the write met a conflict (409: it did not land, and a newer version comes).
-    async fn hint_itself(&self, mut lease: Lease, uid: &str, sent: &AtomicBool) -> bool {
+    async fn hint_itself(&self, mut lease: Lease, uid: &str, own: &OwnHint) -> bool {
         let Some(next) = waiter_hint(&crate::lease::view(&lease), &self.identity, uid) else {
             return false;
         };
         crate::lease::put_next(&mut lease, Some(&next));
-        sent.store(true, Ordering::SeqCst);
+        own.sent.store(true, Ordering::SeqCst);
+        // The write runs in its own task, holding `in_flight` until it is answered: should the
+        // wait be dropped meanwhile (`acquire`'s timeout), `Ticket::cancel` waits for it before
+        // it withdraws the hint, instead of reading a Lease the write has not reached yet.
+        let in_flight = own.in_flight.clone().lock_owned().await;
         let leases: Api<Lease> = Api::namespaced(self.client.clone(), &self.namespace);
-        match leases.replace(&self.lock, &PostParams::default(), &lease).await {
+        let name = self.lock.clone();
+        let write = tokio::spawn(async move {
+            let _in_flight = in_flight;
+            leases.replace(&name, &PostParams::default(), &lease).await
+        });
+        let Ok(written) = write.await else {
+            // The task panicked or was cancelled (the runtime shuts down): it may have landed.
+            return true;
+        };
+        match written {
             Ok(_) => {
                 tracing::trace!(lock = %self.lock, identity = %self.identity, token = next.token, "named itself as the hint");
                 true
@@ -830,8 +843,8 @@ impl Holder {
     /// safe; the model checker explores both orders (`tests/model.rs`, `ClaimLearns`,
     /// `ClaimGivesUp`, `Bug::RejectedClaimAsPod`).
     ///
-    /// A plain waiter of a standing claim (`hinted`: `Some`, the ticket's record that a hint
-    /// write was sent) that waits by its claim names itself as
+    /// A plain waiter of a standing claim (`hinted`: `Some`, the ticket's record of its own hint
+    /// write) that waits by its claim names itself as
     /// the next-holder hint once, with one compare-and-swap on a Lease version its watch
     /// brought, when [`WAITER_HINT_AFTER`] has passed and [`waiter_hint`] allows it (the lock is
     /// held by another claim and nobody is hinted: the operator's own hint is late). A conflict
@@ -843,7 +856,7 @@ impl Holder {
         (uid, request): (&str, Option<i64>),
         created_rv: &str,
         hint: Option<HintWait>,
-        hinted: Option<&AtomicBool>,
+        hinted: Option<&OwnHint>,
     ) -> Result<(Granted, Option<LeaseWatch>), HolderError> {
         use futures::future::ready;
         // The claim: one WATCH from the version its create returned (every change after the
@@ -895,7 +908,7 @@ impl Holder {
         // after it started waiting by its claim; `None` once a hint write landed or may have
         // (also in an earlier wait of the same ticket), or when it may not. The Lease version its
         // watch brought last, not yet tried.
-        let may_hint = hinted.is_some_and(|h| !h.load(Ordering::SeqCst))
+        let may_hint = hinted.is_some_and(|h| !h.sent.load(Ordering::SeqCst))
             && request.is_some()
             && !lock_state(&self.standing).lease_refused;
         let mut self_hint = may_hint.then(|| tokio::time::Instant::now() + WAITER_HINT_AFTER);
@@ -914,8 +927,8 @@ impl Holder {
                     None => return Err(HolderError::Rejected("claim watch ended".into())),
                 },
                 () = tokio::time::sleep_until(hint_due.unwrap_or_else(tokio::time::Instant::now)), if hint_due.is_some() => {
-                    if let (Some(l), Some(sent)) = (last_lease.take(), hinted)
-                        && self.hint_itself(l, uid, sent).await
+                    if let (Some(l), Some(own)) = (last_lease.take(), hinted)
+                        && self.hint_itself(l, uid, own).await
                     {
                         self_hint = None;
                     }
@@ -1076,6 +1089,17 @@ async fn follow_lease(mut events: LeaseWatch, known: KnownLease, identity: Strin
     }
 }
 
+/// What a [`Ticket`] knows of its own next-holder hint ([`waiter_hint`], written by
+/// [`Holder::hint_itself`]).
+#[derive(Default)]
+struct OwnHint {
+    /// A hint write was sent (it may have landed).
+    sent: AtomicBool,
+    /// Held by that write until it is answered (it runs in its own task, which outlives a wait
+    /// dropped by its timeout).
+    in_flight: Arc<tokio::sync::Mutex<()>>,
+}
+
 /// A place in a lock's queue (a `DistributedLockClaim`), from [`Holder::enqueue`].
 pub struct Ticket {
     holder: Holder,
@@ -1095,9 +1119,9 @@ pub struct Ticket {
     /// A plain waiter ([`OnBusy::Wait`]) of a standing claim: while it waits by its claim, it
     /// may name itself as the next-holder hint ([`waiter_hint`]).
     may_hint: bool,
-    /// A wait of this ticket sent such a hint write (it may have landed): no wait sends another,
-    /// and [`Ticket::cancel`] withdraws it.
-    hinted: AtomicBool,
+    /// Its own hint write, if a wait sent one: no wait sends another, and [`Ticket::cancel`]
+    /// withdraws it.
+    hinted: OwnHint,
     lease_duration: Duration,
     timings: Resolved,
     /// When the claim's create (a standing claim: the patch that made this request) was sent
@@ -1204,7 +1228,11 @@ impl Ticket {
         let grant_uid = self.grant_uid();
         let kept = self.standing.as_ref().and_then(|s| s.spec_request_uid());
         let released = self.request.map(|_| (grant_uid.as_str(), kept.as_deref()));
-        if matches!(self.arrived, Some(LeaseArrived::Hint { .. })) || self.hinted.load(Ordering::SeqCst) {
+        if self.hinted.sent.load(Ordering::SeqCst) {
+            // A write still in flight (its wait was dropped by a timeout) is answered first.
+            drop(self.hinted.in_flight.lock().await);
+        }
+        if matches!(self.arrived, Some(LeaseArrived::Hint { .. })) || self.hinted.sent.load(Ordering::SeqCst) {
             // A hint naming a request nobody waits for would have the release hand the lock to
             // it (held by nobody until it expires): its arrival's, or one the wait wrote
             // ([`waiter_hint`]). Withdrawn first, so a release between the two writes cannot hand
