@@ -2678,3 +2678,24 @@ fn lowered_max_holders_with_a_slot_lease_deleted() {
     let cfg = Config { faults: 1, ..LOWERED };
     assert_safe("lowered-lease-deleted", cfg, 10, &[]);
 }
+
+/// The Lease deleted while its holder is granted but not started yet (ungated, not scheduled:
+/// no node): the recreated Lease must name it (found by the chaos run of 2026-12-06, a pod
+/// running on lock l1 beside the next holder of the recreated Lease). Without the adoption of an
+/// unscheduled holder (`grant::adoptable_holder` required a node) the checker finds I1.
+#[test]
+fn a_deleted_lease_is_recreated_for_a_holder_not_yet_scheduled() {
+    let cfg = Config {
+        pods: 1,
+        claims: 1,
+        start_held: true,
+        held_pending: true,
+        restarts: 0,
+        max_time: 4,
+        record_delay_secs: 1,
+        ..Config::BASE
+    };
+    assert_safe("lease-deleted-pending", cfg, LEASE_DELETED_PENDING_DEPTH, &[]);
+}
+
+const LEASE_DELETED_PENDING_DEPTH: usize = 14;

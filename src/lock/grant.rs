@@ -991,10 +991,19 @@ fn next_timeout(obs: &Observation<'_>) -> Option<Duration> {
     min_some(min_some(start, node), renew)
 }
 
-/// After a Lease was deleted: the still-running pod with the highest token keeps holding.
+/// After a Lease was deleted: the holder with the highest token keeps holding, named again by
+/// the recreated Lease with its token. A holder is a candidate that is not terminal and carries a
+/// token of this lock (within `ceiling`) that may be acted on: it is ungated (granted; scheduled
+/// or not: an ungated pod runs once it is scheduled), or it is a multi-lock candidate's tentative
+/// grant (gated, its token above the one taken back from it): the deleted Lease named it, and an
+/// operator whose cache shows the candidate's last lock recorded may ungate it. Found by the chaos
+/// run of 2026-12-06 (a multi-lock pod running on lock l1 while the recreated Lease granted l1 to
+/// another pod) and by the multi-lock model checker (`tests/multilock.rs`, run "lease-deleted").
 fn adoptable_holder(pods: &[Candidate], ceiling: i64) -> Option<Grant> {
+    let tentative =
+        |p: &Candidate| p.gated && p.multi.as_ref().is_some_and(|m| p.token.is_some_and(|t| t > m.withdrawn));
     pods.iter()
-        .filter(|p| !p.gated && !p.is_terminal() && (p.kind == HolderKind::Claim || p.node_name.is_some()))
+        .filter(|p| !p.is_terminal() && (!p.gated || tentative(p)))
         .filter(|p| p.token.is_some_and(|t| t <= ceiling))
         .filter_map(|p| p.token.map(|t| grant_for(p, t)))
         .max_by_key(|g| g.token)

@@ -742,3 +742,28 @@ fn a_waiter_names_itself_as_the_hint_only_where_an_arrival_may_and_never_takes()
     assert_eq!(waiter_hint(&LeaseView { ceiling: Some(4), ..claim_held() }, "y", &me), None);
     assert_eq!(waiter_hint(&LeaseView { ceiling: Some(10), ..lease(Some("pod"), 4) }, "y", &me), None);
 }
+
+/// Found by the chaos run of 2026-12-06: a holder granted (ungated) but not scheduled yet, or a
+/// multi-lock pod's tentative grant (gated, its token recorded), is adopted by the recreated
+/// Lease; a token taken back from a multi-lock pod is not.
+#[test]
+fn deleted_lease_is_recreated_for_an_unscheduled_holder_or_a_tentative_multi_lock_grant() {
+    let unscheduled = Candidate { gated: false, token: Some(5), ..pod("h", 1) };
+    let claim = Candidate { kind: HolderKind::Claim, ..pod("c", 2) };
+    let pods = [unscheduled, claim.clone()];
+    let o = Observation { ceiling: 2000, fresh_reservation: Some(1000), ..obs(None, &pods) };
+    assert_eq!(decide(&o).unwrap().decision, Decision::CreateLease { holder: granted("h", 5), floor: 1000 });
+
+    let multi = |withdrawn| Some(MultiLock { withdrawn, others_recorded: false, unservable: false });
+    let tentative = Candidate { token: Some(7), multi: multi(0), ..pod("m", 1) };
+    let pods = [tentative.clone(), claim.clone()];
+    let o = Observation { ceiling: 2000, fresh_reservation: Some(1000), ..obs(None, &pods) };
+    assert_eq!(decide(&o).unwrap().decision, Decision::CreateLease { holder: granted("m", 7), floor: 1000 });
+
+    // Taken back (withdrawn at 7): not a holder; the waiting claim gets the recovery holder.
+    let taken_back = Candidate { multi: multi(7), ..tentative };
+    let pods = [taken_back, claim];
+    let o = Observation { ceiling: 2000, fresh_reservation: Some(1000), ..obs(None, &pods) };
+    let Decision::CreateLease { holder: Some(g), .. } = decide(&o).unwrap().decision else { panic!("a Lease") };
+    assert_eq!(g.name, RECOVERY_HOLDER);
+}
