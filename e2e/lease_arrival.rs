@@ -232,6 +232,25 @@ async fn a_displaced_lease_arrival_arrives_by_its_claim_and_is_granted() {
     ns.cleanup().await;
 }
 
+/// Lock `l` in a new namespace `name`: holder a granted by an operator that is then killed
+/// (SIGKILL, waited for), and holder b. Returns the namespace, the operator's index, a's guard
+/// and both holders.
+async fn held_then_operator_killed(name: &str) -> (TestNs, usize, leasehold::holder::LockGuard, Holder, Holder) {
+    let mut ns = TestNs::new(name).await;
+    ns.create_lock("l", json!({})).await;
+    let op = ns.start_operator(&[]);
+    let a = Holder::new(ns.client.clone(), &ns.ns, "l", "a");
+    let b = Holder::new(ns.client.clone(), &ns.ns, "l", "b");
+    let ga = a.acquire(Some(WAIT)).await.expect("a acquires");
+    let l = ns.api::<Lease>().get("l").await.unwrap();
+    let ceiling = l.metadata.annotations.as_ref().and_then(|a| a.get(TOKEN_CEILING_ANNOTATION).cloned());
+    assert!(ceiling.is_some(), "the operator's grant writes the token ceiling");
+    let pid = ns.operator_pid(op).to_string();
+    assert!(std::process::Command::new("kill").args(["-KILL", &pid]).status().unwrap().success());
+    ns.wait_operator_exit(op).await;
+    (ns, op, ga, a, b)
+}
+
 /// A waiter whose operator is slow names itself as the next-holder hint (`grant::waiter_hint`,
 /// `docs/two-writes-per-grant.md`, "A waiter names itself as the hint"): with the operator
 /// stopped after a's grant, b's first request waits by its new claim, and after
@@ -240,19 +259,8 @@ async fn a_displaced_lease_arrival_arrives_by_its_claim_and_is_granted() {
 /// writes the hint nor grants).
 #[tokio::test]
 async fn a_waiter_names_itself_as_the_hint_when_no_operator_does_and_is_handed_the_lock() {
-    let mut ns = TestNs::new("waiter-hint").await;
-    ns.create_lock("l", json!({})).await;
-    let op = ns.start_operator(&[]);
+    let (mut ns, op, ga, a, b) = held_then_operator_killed("waiter-hint").await;
     let (claims, leases) = (ns.api::<DistributedLockClaim>(), ns.api::<Lease>());
-    let a = Holder::new(ns.client.clone(), &ns.ns, "l", "a");
-    let b = Holder::new(ns.client.clone(), &ns.ns, "l", "b");
-    let ga = a.acquire(Some(WAIT)).await.expect("a acquires");
-    let l = leases.get("l").await.unwrap();
-    let ceiling = l.metadata.annotations.as_ref().and_then(|a| a.get(TOKEN_CEILING_ANNOTATION).cloned());
-    assert!(ceiling.is_some(), "the operator's grant writes the token ceiling");
-    let pid = ns.operator_pid(op).to_string();
-    assert!(std::process::Command::new("kill").args(["-KILL", &pid]).status().unwrap().success());
-    ns.wait_operator_exit(op).await;
 
     let holders = record_holders(&leases, "l").await;
     let ticket = b.enqueue(OnBusy::Wait).await.expect("b enqueues");
@@ -285,16 +293,8 @@ async fn a_waiter_names_itself_as_the_hint_when_no_operator_does_and_is_handed_t
 /// after a's release.
 #[tokio::test]
 async fn a_cancelled_wait_withdraws_the_waiter_s_own_hint() {
-    let mut ns = TestNs::new("waiter-hint-cancel").await;
-    ns.create_lock("l", json!({})).await;
-    let op = ns.start_operator(&[]);
+    let (ns, _, ga, a, b) = held_then_operator_killed("waiter-hint-cancel").await;
     let (claims, leases) = (ns.api::<DistributedLockClaim>(), ns.api::<Lease>());
-    let a = Holder::new(ns.client.clone(), &ns.ns, "l", "a");
-    let b = Holder::new(ns.client.clone(), &ns.ns, "l", "b");
-    let ga = a.acquire(Some(WAIT)).await.expect("a acquires");
-    let pid = ns.operator_pid(op).to_string();
-    assert!(std::process::Command::new("kill").args(["-KILL", &pid]).status().unwrap().success());
-    ns.wait_operator_exit(op).await;
 
     let ticket = b.enqueue(OnBusy::Wait).await.expect("b enqueues");
     let (uid, _, _) = claim_of(&claims, "b").await;
