@@ -274,9 +274,13 @@ async fn singleton_deployment_replacement_waits_and_rolling_update_deadlock_is_r
         found.into_inner().unwrap().unwrap()
     };
     pods.delete(&holder.name_any(), &DeleteParams::default()).await.unwrap();
+    // Granted: ungated with a token. Without the chart's admission policy (not installed here)
+    // the Deployment's very first pod may be created before the operator gates the template and
+    // run unlocked (README "Singleton workloads"); while it terminates it is ungated too, but it
+    // was never granted (CI, 2026-12-06: this wait took it for the replacement).
     wait_until("replacement granted", WAIT, || async {
         let list = pods.list(&ListParams::default().labels("app=svc")).await.unwrap().items;
-        list.iter().any(|p| p.uid() != holder.uid() && !is_gated(p))
+        list.iter().any(|p| p.uid() != holder.uid() && !is_gated(p) && token_of(p).is_some())
     })
     .await;
     assert!(
