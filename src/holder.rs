@@ -844,11 +844,11 @@ impl Holder {
     /// `ClaimGivesUp`, `Bug::RejectedClaimAsPod`).
     ///
     /// A plain waiter of a standing claim (`hinted`: `Some`, the ticket's record of its own hint
-    /// write) that waits by its claim names itself as
-    /// the next-holder hint once, with one compare-and-swap on a Lease version its watch
-    /// brought, when [`WAITER_HINT_AFTER`] has passed and [`waiter_hint`] allows it (the lock is
-    /// held by another claim and nobody is hinted: the operator's own hint is late). A conflict
-    /// waits for the next Lease version.
+    /// write) that waits by its claim names itself as the next-holder hint, at most one write
+    /// landing, with a compare-and-swap on a Lease version its watch brought, when
+    /// [`WAITER_HINT_AFTER`] has passed and [`waiter_hint`] allows it (the lock is held by
+    /// another claim and nobody is hinted: the operator's own hint is late). A conflict waits for
+    /// the next Lease version.
     async fn wait_for_grant(
         &self,
         claims: &Api<DistributedLockClaim>,
@@ -1228,11 +1228,12 @@ impl Ticket {
         let grant_uid = self.grant_uid();
         let kept = self.standing.as_ref().and_then(|s| s.spec_request_uid());
         let released = self.request.map(|_| (grant_uid.as_str(), kept.as_deref()));
-        if self.hinted.sent.load(Ordering::SeqCst) {
+        let hinted_itself = self.hinted.sent.load(Ordering::SeqCst);
+        if hinted_itself {
             // A write still in flight (its wait was dropped by a timeout) is answered first.
             drop(self.hinted.in_flight.lock().await);
         }
-        if matches!(self.arrived, Some(LeaseArrived::Hint { .. })) || self.hinted.sent.load(Ordering::SeqCst) {
+        if matches!(self.arrived, Some(LeaseArrived::Hint { .. })) || hinted_itself {
             // A hint naming a request nobody waits for would have the release hand the lock to
             // it (held by nobody until it expires): its arrival's, or one the wait wrote
             // ([`waiter_hint`]). Withdrawn first, so a release between the two writes cannot hand
