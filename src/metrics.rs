@@ -1,9 +1,11 @@
 //! Prometheus metrics (`/metrics`, text exposition format) with the `leasehold_` prefix.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
-use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet};
+use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -15,15 +17,6 @@ use prometheus_client::registry::Registry;
 pub struct ReasonLabels {
     /// Why (release reason, reclaim reason, or error reason).
     pub reason: String,
-}
-
-/// Label set of the per-lock series: one series per lock (bounded by the number of locks).
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct LockLabels {
-    /// The lock's namespace.
-    pub namespace: String,
-    /// The lock's name.
-    pub lock: String,
 }
 
 /// One lock's state as the last reconcile saw it, for the per-lock series.
@@ -81,10 +74,6 @@ pub struct Metrics {
     pub conflicts: Counter,
     /// Failed reconciles, by reason (`leasehold_reconcile_errors_total{reason}`).
     pub reconcile_errors: Family<ReasonLabels, Counter>,
-    /// Locks currently held (`leasehold_locks_held`).
-    pub held: Gauge,
-    /// Pods currently waiting, over all locks (`leasehold_waiters`).
-    pub waiters: Gauge,
     /// Seconds from the reconcile that observed a release to the successful Lease write of the
     /// next grant (`leasehold_handover_seconds`).
     pub handover: Histogram,
@@ -95,19 +84,89 @@ pub struct Metrics {
     /// (`leasehold_reconcile_queue_seconds`; `controller::gate`): high while the operator is
     /// behind, whatever `reconcile_duration` says.
     pub reconcile_queue: Histogram,
-    /// 1 while the lock is held (`leasehold_lock_held{namespace,lock}`).
-    pub lock_held: Family<LockLabels, Gauge>,
-    /// Unix time (seconds) of the current grant; no series while free
-    /// (`leasehold_lock_held_since_seconds`; held for `time() - ` it).
-    pub lock_held_since: Family<LockLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
-    /// Waiters in the lock's queue (`leasehold_lock_waiters`).
-    pub lock_waiters: Family<LockLabels, Gauge>,
-    /// Unix time (seconds) the longest-waiting waiter was created; no series while none waits
-    /// (`leasehold_lock_oldest_waiter_since_seconds`).
-    pub lock_oldest_waiter_since: Family<LockLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
-    /// The highest fencing token the lock has issued (`leasehold_lock_highest_token`).
-    pub lock_highest_token: Family<LockLabels, Gauge>,
-    per_lock: Mutex<HashMap<String, (bool, i64)>>,
+    /// The per-lock series and the two sums over them, encoded at each scrape from one map
+    /// ([`PerLockSeries`]).
+    per_lock: Arc<PerLockSeries>,
+}
+
+/// The per-lock series, one [`LockState`] per lock keyed by `namespace/name`, encoded at each
+/// scrape by prometheus-client's [`Collector`] (prometheus-client 0.26, `collector.rs`) instead
+/// of five `Family` maps of gauges. Per lock it keeps one key and one `LockState` where the
+/// families kept up to five label sets of two `String`s each, five gauges, and a second map for
+/// the totals; with 10,000 locks the families and that map were 4.9 MiB of heap at the peak
+/// (`benches/results/2026-12-02-a82d5ac-held-heap-profile.md`). Every reconcile summed that
+/// second map for the two totals; a scrape now sums once.
+///
+/// Exported, for each lock the operator has reconciled and not seen deleted:
+/// - `leasehold_lock_held{namespace,lock}`: 1 while the lock is held, else 0;
+/// - `leasehold_lock_held_since_seconds{namespace,lock}`: Unix time (seconds) of the current
+///   grant; no series while free (held for `time() - ` it);
+/// - `leasehold_lock_waiters{namespace,lock}`: waiters in the lock's queue;
+/// - `leasehold_lock_oldest_waiter_since_seconds{namespace,lock}`: Unix time (seconds) the
+///   longest-waiting waiter was created; no series while none waits;
+/// - `leasehold_lock_highest_token{namespace,lock}`: the highest fencing token issued;
+///
+/// and over all locks `leasehold_locks_held` (locks held) and `leasehold_waiters` (waiters).
+#[derive(Debug, Default)]
+pub struct PerLockSeries {
+    locks: Mutex<HashMap<String, LockState>>,
+}
+
+impl PerLockSeries {
+    fn locks(&self) -> std::sync::MutexGuard<'_, HashMap<String, LockState>> {
+        self.locks.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// One series' value: the integer gauges stay integers in the text (a fencing token above 2^53
+/// would not survive an `f64`).
+enum Value {
+    Int(i64),
+    Float(f64),
+}
+
+impl Collector for PerLockSeries {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let locks = self.locks();
+        let held = locks.values().filter(|s| s.held).count() as i64;
+        let waiters: i64 = locks.values().map(|s| s.waiters).sum();
+        encoder
+            .encode_descriptor("locks_held", "Locks currently held", None, MetricType::Gauge)?
+            .encode_gauge(&held)?;
+        encoder
+            .encode_descriptor("waiters", "Pods waiting for a lock, over all locks", None, MetricType::Gauge)?
+            .encode_gauge(&waiters)?;
+        type Series = (&'static str, &'static str, fn(&LockState) -> Option<Value>);
+        let series: [Series; 5] = [
+            ("lock_held", "1 while the lock is held", |s| Some(Value::Int(i64::from(s.held)))),
+            ("lock_held_since_seconds", "Unix time of the current grant (absent while free)", |s| {
+                s.held_since.map(Value::Float)
+            }),
+            ("lock_waiters", "Waiters in the lock's queue", |s| Some(Value::Int(s.waiters))),
+            (
+                "lock_oldest_waiter_since_seconds",
+                "Unix time the longest-waiting waiter was created (absent while none waits)",
+                |s| s.oldest_waiter_since.map(Value::Float),
+            ),
+            ("lock_highest_token", "The highest fencing token the lock has issued", |s| {
+                Some(Value::Int(s.highest_token))
+            }),
+        ];
+        for (name, help, value) in series {
+            let mut family = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+            for (key, state) in locks.iter() {
+                let Some(v) = value(state) else { continue };
+                let (namespace, lock) = key.split_once('/').unwrap_or(("", key));
+                let labels = [("namespace", namespace), ("lock", lock)];
+                let mut metric = family.encode_family(&labels)?;
+                match v {
+                    Value::Int(v) => metric.encode_gauge(&v)?,
+                    Value::Float(v) => metric.encode_gauge(&v)?,
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 impl Metrics {
@@ -120,19 +179,12 @@ impl Metrics {
             rejections: Family::default(),
             conflicts: Counter::default(),
             reconcile_errors: Family::default(),
-            held: Gauge::default(),
-            waiters: Gauge::default(),
             handover: Histogram::new([0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0]),
             reconcile_duration: Histogram::new([
                 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
             ]),
             reconcile_queue: Histogram::new([0.001, 0.01, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0]),
-            lock_held: Family::default(),
-            lock_held_since: Family::default(),
-            lock_waiters: Family::default(),
-            lock_oldest_waiter_since: Family::default(),
-            lock_highest_token: Family::default(),
-            per_lock: Mutex::default(),
+            per_lock: Arc::default(),
         };
 
         // Known reasons start at 0 (Prometheus practice): a family with no series yet is not
@@ -172,8 +224,6 @@ impl Metrics {
             m.conflicts.clone(),
         );
         r.register("reconcile_errors", "Failed reconciles, by reason", m.reconcile_errors.clone());
-        r.register("locks_held", "Locks currently held", m.held.clone());
-        r.register("waiters", "Pods waiting for a lock, over all locks", m.waiters.clone());
         r.register(
             "handover_seconds",
             "Seconds from observing a release to writing the next grant",
@@ -186,81 +236,30 @@ impl Metrics {
             m.reconcile_queue.clone(),
         );
         register_process(r, true);
-        r.register("lock_held", "1 while the lock is held", m.lock_held.clone());
-        r.register(
-            "lock_held_since_seconds",
-            "Unix time of the current grant (absent while free)",
-            m.lock_held_since.clone(),
-        );
-        r.register("lock_waiters", "Waiters in the lock's queue", m.lock_waiters.clone());
-        r.register(
-            "lock_oldest_waiter_since_seconds",
-            "Unix time the longest-waiting waiter was created (absent while none waits)",
-            m.lock_oldest_waiter_since.clone(),
-        );
-        r.register("lock_highest_token", "The highest fencing token the lock has issued", m.lock_highest_token.clone());
+        r.register_collector(Box::new(m.per_lock.clone()));
         m
     }
 
-    /// Sets the per-lock series of `namespace`/`lock` from `state`, and the aggregate gauges.
+    /// Sets the per-lock series of `namespace`/`lock` from `state` (the totals follow).
     pub fn set_lock(&self, namespace: &str, lock: &str, state: &LockState) {
-        let l = LockLabels { namespace: namespace.to_string(), lock: lock.to_string() };
-        self.lock_held.get_or_create(&l).set(i64::from(state.held));
-        self.lock_waiters.get_or_create(&l).set(state.waiters);
-        self.lock_highest_token.get_or_create(&l).set(state.highest_token);
-        match state.held_since {
-            Some(t) => {
-                self.lock_held_since.get_or_create(&l).set(t);
-            }
+        let key = format!("{namespace}/{lock}");
+        let mut locks = self.per_lock.locks();
+        match locks.get_mut(&key) {
+            Some(s) => s.clone_from(state),
             None => {
-                self.lock_held_since.remove(&l);
+                locks.insert(key, state.clone());
             }
         }
-        match state.oldest_waiter_since {
-            Some(t) => {
-                self.lock_oldest_waiter_since.get_or_create(&l).set(t);
-            }
-            None => {
-                self.lock_oldest_waiter_since.remove(&l);
-            }
-        }
-        self.set_lock_state(&format!("{namespace}/{lock}"), Some((state.held, state.waiters)));
     }
 
     /// Drops the series of every lock whose `namespace/name` is not in `live` (deleted locks).
     pub fn forget_locks_except(&self, live: &std::collections::HashSet<String>) {
-        let gone: Vec<String> = {
-            let map = self.per_lock.lock().unwrap_or_else(|e| e.into_inner());
-            map.keys().filter(|k| !live.contains(*k)).cloned().collect()
-        };
-        for key in gone {
-            if let Some((ns, lock)) = key.split_once('/') {
-                self.forget_lock(ns, lock);
-            }
-        }
+        self.per_lock.locks().retain(|k, _| live.contains(k));
     }
 
     /// Drops every series of `namespace`/`lock` (the lock was deleted).
     pub fn forget_lock(&self, namespace: &str, lock: &str) {
-        let l = LockLabels { namespace: namespace.to_string(), lock: lock.to_string() };
-        self.lock_held.remove(&l);
-        self.lock_waiters.remove(&l);
-        self.lock_highest_token.remove(&l);
-        self.lock_held_since.remove(&l);
-        self.lock_oldest_waiter_since.remove(&l);
-        self.set_lock_state(&format!("{namespace}/{lock}"), None);
-    }
-
-    /// Records the holder/waiter state of one lock (`key` = namespace/name) and updates the
-    /// aggregate gauges. `None` forgets the lock (deleted).
-    pub fn set_lock_state(&self, key: &str, state: Option<(bool, i64)>) {
-        let mut map = self.per_lock.lock().unwrap_or_else(|e| e.into_inner());
-        match state {
-            Some(s) => map.insert(key.to_string(), s),
-            None => map.remove(key),
-        };
-        self.held.set(map.values().filter(|(h, _)| *h).count() as i64);
-        self.waiters.set(map.values().map(|(_, w)| *w).sum());
+        self.per_lock.locks().remove(&format!("{namespace}/{lock}"));
     }
 
     /// Counts one reason in a family.
@@ -322,11 +321,14 @@ mod tests {
         prometheus_client::encoding::text::encode(&mut standby, &standby_registry()).unwrap();
         assert!(standby.contains("leasehold_leader 0") && standby.contains("leasehold_build_info{"), "{standby}");
         // Freed, nobody waiting: the timestamps go; deleted: every series of the lock goes.
-        m.set_lock("ns", "l", &LockState { highest_token: 1002, ..LockState::default() });
+        // A token above 2^53 is exported exactly (an f64 gauge would round it to ...992).
+        m.set_lock("ns", "l", &LockState { highest_token: (1 << 53) + 1, ..LockState::default() });
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
         assert!(!text.contains("leasehold_lock_held_since_seconds{"), "{text}");
         assert!(text.contains("leasehold_lock_held{namespace=\"ns\",lock=\"l\"} 0"), "{text}");
+        assert!(text.contains("leasehold_lock_highest_token{namespace=\"ns\",lock=\"l\"} 9007199254740993"), "{text}");
+        assert!(text.contains("leasehold_locks_held 0") && text.contains("leasehold_waiters 0"), "{text}");
         m.forget_lock("ns", "l");
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
