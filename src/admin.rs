@@ -4,7 +4,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Instant;
 
 use axum::Router;
@@ -15,6 +15,9 @@ use axum::routing::get;
 use prometheus_client::registry::Registry;
 
 use crate::health::WriteHealth;
+
+/// Length in bytes of the last `/metrics` body, to size the next one.
+static LAST_METRICS_LEN: AtomicUsize = AtomicUsize::new(0);
 
 /// Shared state of the admin endpoints.
 pub struct AdminState {
@@ -48,15 +51,16 @@ async fn readyz(State(s): State<Arc<AdminState>>) -> impl IntoResponse {
 async fn metrics(State(s): State<Arc<AdminState>>) -> impl IntoResponse {
     // Refreshes the failing-writes gauge.
     let _ = s.writes.check(Instant::now());
-    let mut body = String::new();
-    match prometheus_client::encoding::text::encode(&mut body, &s.registry) {
-        Ok(()) => (
-            StatusCode::OK,
-            [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
-            body,
-        ),
-        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, [(header::CONTENT_TYPE, "text/plain")], e.to_string()),
+    // With 10,000 locks the body is about 2 MiB. Sized from the last one (plus an eighth), it is
+    // one allocation instead of a doubling `String` that holds its old and new buffers at once
+    // while it grows.
+    let last = LAST_METRICS_LEN.load(Ordering::Relaxed);
+    let mut body = String::with_capacity(last + last / 8);
+    if let Err(e) = prometheus_client::encoding::text::encode(&mut body, &s.registry) {
+        return (StatusCode::INTERNAL_SERVER_ERROR, [(header::CONTENT_TYPE, "text/plain")], e.to_string());
     }
+    LAST_METRICS_LEN.store(body.len(), Ordering::Relaxed);
+    (StatusCode::OK, [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], body)
 }
 
 /// Serves the admin endpoints on `addr` until the process ends.
