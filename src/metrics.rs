@@ -242,24 +242,12 @@ impl Metrics {
 
     /// Sets the per-lock series of `namespace`/`lock` from `state` (the totals follow).
     pub fn set_lock(&self, namespace: &str, lock: &str, state: &LockState) {
-        let key = format!("{namespace}/{lock}");
-        let mut locks = self.per_lock.locks();
-        match locks.get_mut(&key) {
-            Some(s) => s.clone_from(state),
-            None => {
-                locks.insert(key, state.clone());
-            }
-        }
+        self.per_lock.locks().insert(format!("{namespace}/{lock}"), state.clone());
     }
 
     /// Drops the series of every lock whose `namespace/name` is not in `live` (deleted locks).
     pub fn forget_locks_except(&self, live: &std::collections::HashSet<String>) {
         self.per_lock.locks().retain(|k, _| live.contains(k));
-    }
-
-    /// Drops every series of `namespace`/`lock` (the lock was deleted).
-    pub fn forget_lock(&self, namespace: &str, lock: &str) {
-        self.per_lock.locks().remove(&format!("{namespace}/{lock}"));
     }
 
     /// Counts one reason in a family.
@@ -329,7 +317,7 @@ mod tests {
         assert!(text.contains("leasehold_lock_held{namespace=\"ns\",lock=\"l\"} 0"), "{text}");
         assert!(text.contains("leasehold_lock_highest_token{namespace=\"ns\",lock=\"l\"} 9007199254740993"), "{text}");
         assert!(text.contains("leasehold_locks_held 0") && text.contains("leasehold_waiters 0"), "{text}");
-        m.forget_lock("ns", "l");
+        m.forget_locks_except(&std::collections::HashSet::from(["ns/other".to_string()]));
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
         assert!(!text.contains("lock=\"l\""), "{text}");
