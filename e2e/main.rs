@@ -12,6 +12,7 @@ mod lease_arrival;
 mod lock_lifecycle;
 mod lock_safety;
 mod multilock;
+mod renewal;
 mod semaphore;
 mod singleton;
 mod support;

@@ -555,3 +555,75 @@ pub fn psql(db: &str, args: &[&str]) -> (bool, String) {
         .expect("run psql");
     (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
 }
+
+/// One answered request of a [`TestNs::recording_client`]: method, URI path, HTTP status.
+pub type Answered = (http::Method, String, u16);
+
+/// The requests a [`TestNs::recording_client`] sent and got an answer to, in answer order.
+#[derive(Clone, Default)]
+pub struct Recorded(Arc<Mutex<Vec<Answered>>>);
+
+impl Recorded {
+    /// Everything answered so far.
+    pub fn all(&self) -> Vec<Answered> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+/// A tower layer that records every answer of the client it wraps ([`Recorded`]).
+struct RecordLayer(Recorded);
+
+impl<S> tower::Layer<S> for RecordLayer {
+    type Service = RecordService<S>;
+    fn layer(&self, inner: S) -> RecordService<S> {
+        RecordService { inner, seen: self.0.clone() }
+    }
+}
+
+/// The service of [`RecordLayer`].
+#[derive(Clone)]
+pub struct RecordService<S> {
+    inner: S,
+    seen: Recorded,
+}
+
+impl<S, B, R> tower::Service<http::Request<B>> for RecordService<S>
+where
+    S: tower::Service<http::Request<B>, Response = http::Response<R>>,
+    S::Future: Send + 'static,
+    S::Error: 'static,
+    R: 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = futures::future::BoxFuture<'static, Result<S::Response, S::Error>>;
+
+    fn poll_ready(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        let (method, path) = (req.method().clone(), req.uri().path().to_string());
+        let seen = self.seen.clone();
+        let answer = self.inner.call(req);
+        Box::pin(async move {
+            let r = answer.await;
+            if let Ok(resp) = &r {
+                seen.0.lock().unwrap().push((method, path, resp.status().as_u16()));
+            }
+            r
+        })
+    }
+}
+
+impl TestNs {
+    /// An admin client (kube's own stack) that records every request it sends with its answer's
+    /// status: what a holder built on it asked the API server, and what it was told.
+    pub async fn recording_client(&self) -> (Client, Recorded) {
+        let kc = Kubeconfig::read_from(&self.kubeconfig).expect("read kubeconfig");
+        let cfg = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await.expect("kubeconfig");
+        let seen = Recorded::default();
+        let builder = kube::client::ClientBuilder::try_from(cfg).expect("client builder");
+        (builder.with_layer(&RecordLayer(seen.clone())).build(), seen)
+    }
+}

@@ -1677,9 +1677,20 @@ fn names_us(lease: &Lease, identity: &str, claim_uid: &str) -> bool {
         && lease.annotations().get(HOLDER_UID_ANNOTATION).map(String::as_str) == Some(claim_uid)
 }
 
-/// One renewal of Lease `lease_name` (the grant's: the lock's own or a semaphore slot's):
-/// compare-and-swap `renewTime` if the Lease still names us. `Ok(false)`: it does not (lost).
-/// Retries on 409 (someone else wrote in between) after re-reading.
+/// One renewal of Lease `lease_name` (the grant's: the lock's own or a semaphore slot's): sets
+/// `spec.renewTime` if the Lease still names us (`holderIdentity` and
+/// `leasehold.dev/holder-uid`). `Ok(false)`: it does not, or it is gone (lost).
+///
+/// One JSON Patch (RFC 6902) with no `resourceVersion`: two `test` operations (the holder
+/// identity and the holder UID) and an `add` of `renewTime`. The API server applies a patch to the
+/// Lease as stored, inside its own optimistic-concurrency retry, so the tests are decided against
+/// the Lease the write replaces and a write in between that leaves the holder alone (a waiter's
+/// next-holder hint, a Lease arrival's hint, the operator's hint) does not refuse the renewal, as
+/// it refused a compare-and-swap on a `resourceVersion` (HTTP 409, then a read and a second try,
+/// each a round trip on a busy server). A failed `test` is answered HTTP 422
+/// (kubernetes/kubernetes#68346); this, and 403 (a holder role from before the holder patched:
+/// get and update only), are decided by [`renew_by_read`]: a read, and a compare-and-swap PUT
+/// where the Lease names us.
 pub(crate) async fn renew(
     leases: &Api<Lease>,
     lease_name: &str,
@@ -1687,8 +1698,52 @@ pub(crate) async fn renew(
     claim_uid: &str,
     known: &KnownLease,
 ) -> Result<bool, HolderError> {
-    // First from the Lease our last write returned, or the version the grant wrote (no GET: one
-    // request per renewal while nobody else writes the Lease); after a 409, from a fresh read.
+    let patch = renew_patch(identity, claim_uid, MicroTime(Timestamp::now()));
+    match leases.patch(lease_name, &PatchParams::default(), &Patch::Json::<()>(patch)).await {
+        Ok(written) => {
+            known.set(written);
+            tracing::trace!(lease = lease_name, identity, "renewed (one patch)");
+            Ok(true)
+        }
+        // NotFound (the Lease, or the namespace, is gone) is a lost lock, not an error to retry:
+        // nobody can prove this holder still holds.
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
+        Err(kube::Error::Api(s)) if s.code == 422 || s.code == 403 => {
+            tracing::debug!(lease = lease_name, identity, code = s.code, message = %s.message, "renewal patch refused; deciding from a read");
+            let _ = known.take();
+            renew_by_read(leases, lease_name, identity, claim_uid, known).await
+        }
+        Err(e) => Err(HolderError::Kube { op: "renew Lease", source: e }),
+    }
+}
+
+/// The JSON Patch of [`renew`]: `test` `/spec/holderIdentity` = `identity`, `test`
+/// `/metadata/annotations/leasehold.dev~1holder-uid` = `claim_uid` (RFC 6901 escapes `/` as
+/// `~1`), `add` `/spec/renewTime` = `now` (`add` replaces a member that exists and, unlike
+/// `replace`, also sets one that does not).
+fn renew_patch(identity: &str, claim_uid: &str, now: MicroTime) -> json_patch::Patch {
+    let uid_path = format!("/metadata/annotations/{}", HOLDER_UID_ANNOTATION.replace('~', "~0").replace('/', "~1"));
+    let ops = serde_json::json!([
+        {"op": "test", "path": "/spec/holderIdentity", "value": identity},
+        {"op": "test", "path": uid_path, "value": claim_uid},
+        {"op": "add", "path": "/spec/renewTime", "value": now},
+    ]);
+    serde_json::from_value(ops).expect("a JSON Patch of three operations")
+}
+
+/// [`renew`] by a read and a compare-and-swap: from the Lease in `known` (our last write, or a
+/// version the grant wrote: a merge PATCH carrying it), else a GET; if the Lease names us, PUT it
+/// with `renewTime` set and its `resourceVersion` as precondition. Retries on 409 (someone else
+/// wrote in between) after a fresh read. `Ok(false)`: the Lease does not name us, or it is gone.
+/// A lock of a set's tentative grant is renewed this way (one GET per lock, a write only where
+/// the Lease names the claim: [`crate::holder_set`]).
+pub(crate) async fn renew_by_read(
+    leases: &Api<Lease>,
+    lease_name: &str,
+    identity: &str,
+    claim_uid: &str,
+    known: &KnownLease,
+) -> Result<bool, HolderError> {
     let mut last = known.take();
     loop {
         let mut lease = match last.take() {
@@ -1705,8 +1760,6 @@ pub(crate) async fn renew(
                     Err(e) => return Err(HolderError::Kube { op: "renew Lease", source: e }),
                 }
             }
-            // NotFound (the Lease, or the namespace, is gone) is a lost lock, not an error to
-            // retry: nobody can prove this holder still holds.
             None => match leases.get_opt(lease_name).await.map_err(kube_err("get Lease"))? {
                 Some(l) => l,
                 None => return Ok(false),
@@ -1723,7 +1776,10 @@ pub(crate) async fn renew(
                 known.set(written);
                 return Ok(true);
             }
-            Err(kube::Error::Api(s)) if s.code == 409 => continue,
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                tracing::debug!(lease = lease_name, identity, "renewal conflict (409); reading again");
+                continue;
+            }
             Err(kube::Error::Api(s)) if s.code == 404 => return Ok(false),
             Err(e) => return Err(HolderError::Kube { op: "renew Lease", source: e }),
         }
@@ -1906,6 +1962,36 @@ mod tests {
             "spec": {"holderIdentity": holder}
         }))
         .unwrap()
+    }
+
+    /// The renewal patch applies (RFC 6902, as the API server applies it) to a Lease that names
+    /// the holder and its request, setting only `renewTime` (also where there was none); it fails
+    /// on a Lease that names another request, another identity, or no request at all (a `test` on
+    /// a missing member fails), and leaves that Lease as it was.
+    #[test]
+    fn the_renewal_patch_sets_renew_time_only_where_the_lease_names_the_request() {
+        let now = MicroTime("2026-12-06T07:30:00.123456Z".parse().unwrap());
+        let patch = renew_patch("a", "uid-1/2", now.clone());
+        let ops = serde_json::to_value(&patch).unwrap();
+        assert_eq!(ops[1]["path"], "/metadata/annotations/leasehold.dev~1holder-uid");
+        let ours = serde_json::to_value(lease("l", "a", "uid-1/2", "7")).unwrap();
+        let mut doc = ours.clone();
+        json_patch::patch(&mut doc, &patch).expect("applies to our Lease");
+        let mut want = ours.clone();
+        want["spec"]["renewTime"] = serde_json::to_value(&now).unwrap();
+        assert_eq!(doc, want, "only renewTime is set");
+        let mut unannotated = ours.clone();
+        unannotated["metadata"]["annotations"].as_object_mut().unwrap().remove(HOLDER_UID_ANNOTATION);
+        for other in [
+            serde_json::to_value(lease("l", "a", "uid-1/1", "7")).unwrap(),
+            serde_json::to_value(lease("l", "b", "uid-1/2", "7")).unwrap(),
+            unannotated,
+            serde_json::json!({"metadata": {"name": "l"}, "spec": {}}),
+        ] {
+            let mut doc = other.clone();
+            assert!(json_patch::patch(&mut doc, &patch).is_err(), "refused on {other}");
+            assert_eq!(doc, other, "left as it was");
+        }
     }
 
     /// The wait for the grant reads it from a Lease only when the Lease names this claim (identity

@@ -46,7 +46,7 @@ use tokio::sync::watch;
 use crate::crd::{ClaimPhase, DistributedLock, DistributedLockClaim, DistributedLockClaimSpec, OnBusy};
 use crate::holder::{
     Holder, HolderError, KnownLease, LockGuard, LostReason, Resolved, Single, Timings, clear_holder, delete_claim,
-    renew, resolve_timings,
+    renew_by_read, resolve_timings,
 };
 
 /// The most locks one claim may ask for (the CRD's `spec.locks` bound).
@@ -270,7 +270,7 @@ impl SetTicket {
                     // names this claim.
                     for lock in &self.holder.locks {
                         let fresh = KnownLease::default();
-                        if let Err(e) = renew(&leases, lock, &self.holder.identity, &self.claim_uid, &fresh).await {
+                        if let Err(e) = renew_by_read(&leases, lock, &self.holder.identity, &self.claim_uid, &fresh).await {
                             tracing::debug!(error = %e, lock, "renewing a tentative grant failed (retried)");
                         }
                     }

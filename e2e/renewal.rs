@@ -1,0 +1,86 @@
+//! A held lock's renewal (`holder::renew`): one JSON Patch whose `test` operations check that the
+//! Lease still names the holder, with no `resourceVersion`. Writes to the Lease that leave the
+//! holder alone (a waiter's next-holder hint, the operator's) do not refuse it; a Lease that names
+//! another request does (HTTP 422), and the lock is lost.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::{Api, Patch, PatchParams};
+use leasehold::holder::{Holder, LostReason};
+use leasehold::lock::HOLDER_UID_ANNOTATION;
+use serde_json::json;
+
+use crate::support::{Answered, TestNs, WAIT};
+
+/// The Lease requests among `answered`, from index `from` on: (method, status).
+fn lease_requests(answered: &[Answered], from: usize) -> Vec<(String, u16)> {
+    answered[from..]
+        .iter()
+        .filter(|(_, path, _)| path.contains("/leases/"))
+        .map(|(m, _, s)| (m.to_string(), *s))
+        .collect()
+}
+
+/// While another party writes the Lease every 50 ms (an annotation the grant does not read), the
+/// holder's renewals (every 1 s at a 3 s lease) are each one PATCH answered 200: no 409, no read,
+/// no second try, and the lock is not lost. A compare-and-swap renewal from the Lease its last
+/// write returned would be answered 409 here on every renewal.
+#[tokio::test]
+async fn a_renewal_is_one_patch_that_writes_by_others_leaving_the_holder_alone_do_not_refuse() {
+    let mut ns = TestNs::new("renew-patch").await;
+    ns.create_lock("l", json!({"leaseDurationSeconds": 3})).await;
+    ns.start_operator(&[]);
+    let leases: Api<Lease> = ns.api();
+    let (client, recorded) = ns.recording_client().await;
+    let a = Holder::new(client, &ns.ns, "l", "a");
+    let guard = a.acquire(Some(WAIT)).await.expect("a acquires");
+    let from = recorded.all().len();
+    let renewed_at_start = guard.last_renewal().borrow().to_owned();
+    let (mut touches, until) = (0, Instant::now() + Duration::from_secs(5));
+    while Instant::now() < until {
+        let body = json!({"metadata": {"annotations": {"e2e.leasehold.dev/touch": touches.to_string()}}});
+        leases.patch("l", &PatchParams::default(), &Patch::Merge(&body)).await.expect("touch the Lease");
+        touches += 1;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(!guard.is_lost(), "a still holds after {touches} writes by another party");
+    assert!(*guard.last_renewal().borrow() > renewed_at_start, "a renewed meanwhile");
+    let seen = lease_requests(&recorded.all(), from);
+    assert!(seen.len() >= 3, "at least 3 renewals in 5 s at a 1 s renew period: {seen:?}");
+    assert!(
+        seen.iter().all(|(m, s)| m == "PATCH" && *s == 200),
+        "every Lease request of the holder is one PATCH answered 200 ({touches} touches meanwhile): {seen:?}"
+    );
+    guard.release().await.expect("a releases");
+    a.close().await;
+    ns.cleanup().await;
+}
+
+/// Once the Lease names another request (its `leasehold.dev/holder-uid` rewritten), the holder's
+/// next renewal is refused by its `test` operation (HTTP 422) and the lock is lost (`Taken`)
+/// within the renew period; no renewal succeeds after that.
+#[tokio::test]
+async fn a_renewal_of_a_lease_that_names_another_request_is_refused_and_the_lock_is_lost() {
+    let mut ns = TestNs::new("renew-taken").await;
+    ns.create_lock("l", json!({"leaseDurationSeconds": 3})).await;
+    ns.start_operator(&[]);
+    let leases: Api<Lease> = ns.api();
+    let (client, recorded) = ns.recording_client().await;
+    let a = Holder::new(client, &ns.ns, "l", "a");
+    let guard = a.acquire(Some(WAIT)).await.expect("a acquires");
+    let from = recorded.all().len();
+    let body = json!({"metadata": {"annotations": {HOLDER_UID_ANNOTATION: "someone-else/1"}}});
+    leases.patch("l", &PatchParams::default(), &Patch::Merge(&body)).await.expect("rename the request");
+    let reason = tokio::time::timeout(Duration::from_secs(5), guard.lost()).await.expect("lost within 5 s");
+    assert_eq!(reason, LostReason::Taken);
+    let seen = lease_requests(&recorded.all(), from);
+    let refused = seen.iter().position(|(m, s)| m == "PATCH" && *s == 422).expect("a renewal PATCH answered 422");
+    assert!(
+        !seen[refused..].iter().any(|(m, s)| (m == "PATCH" || m == "PUT") && *s == 200),
+        "no renewal was written after the refusal: {seen:?}"
+    );
+    drop(guard);
+    a.close().await;
+    ns.cleanup().await;
+}
