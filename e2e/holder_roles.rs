@@ -144,8 +144,12 @@ async fn a_service_account_bound_only_to_the_holder_role_holds_locks() {
 
     // (b) The library: acquire, a background renewal, a try_acquire that finds the lock busy
     // (claim rejected, then cancelled), release.
-    let holder = Holder::new(runner.clone(), &ns.ns, "l", &user);
+    // (Its client records its requests: the renewal under the holder role and the chart's Lease
+    // policy is the JSON Patch, not a refused patch and a read.)
+    let (recording, recorded) = ns.recording_client_as(&kc).await;
+    let holder = Holder::new(recording, &ns.ns, "l", &user);
     let guard = holder.acquire(Some(WAIT)).await.expect("Holder::acquire");
+    let from = recorded.all().len();
     assert_eq!(guard.token(), 2);
     assert_eq!(lease_holder(&ns, "l").await.as_deref(), Some(user.as_str()));
     let busy = Holder::new(runner.clone(), &ns.ns, "l", "someone-else").try_acquire().await.expect("try_acquire");
@@ -154,6 +158,15 @@ async fn a_service_account_bound_only_to_the_holder_role_holds_locks() {
     let renewal = tokio::time::timeout(Duration::from_secs(10), renewed.changed()).await;
     assert!(renewal.is_ok_and(|r| r.is_ok()), "a renewal succeeded within 10 s");
     assert!(!guard.is_lost());
+    let lease_writes: Vec<(String, u16)> = recorded.all()[from..]
+        .iter()
+        .filter(|(m, p, _)| p.contains("/leases/") && m != http::Method::GET)
+        .map(|(m, _, s)| (m.to_string(), *s))
+        .collect();
+    assert!(
+        !lease_writes.is_empty() && lease_writes.iter().all(|(m, s)| m == "PATCH" && *s == 200),
+        "each renewal is one PATCH, admitted: {lease_writes:?}"
+    );
     // The same account cannot force-release, not even its own grant: the revocation (a
     // tombstone holder) is refused by the chart's Lease policy, which lets a holder only renew
     // and release its own grant; the holder keeps the lock.

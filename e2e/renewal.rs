@@ -57,30 +57,39 @@ async fn a_renewal_is_one_patch_that_writes_by_others_leaving_the_holder_alone_d
     ns.cleanup().await;
 }
 
-/// Once the Lease names another request (its `leasehold.dev/holder-uid` rewritten), the holder's
-/// next renewal is refused by its `test` operation (HTTP 422) and the lock is lost (`Taken`)
-/// within the renew period; no renewal succeeds after that.
+/// Once the Lease names another request (its `leasehold.dev/holder-uid` rewritten) or another
+/// holder (its `holderIdentity`), the holder's next renewal is refused by its `test` operation
+/// (HTTP 422) and the lock is lost (`Taken`) within the renew period; no renewal succeeds after
+/// that.
 #[tokio::test]
-async fn a_renewal_of_a_lease_that_names_another_request_is_refused_and_the_lock_is_lost() {
+async fn a_renewal_of_a_lease_that_names_another_request_or_holder_is_refused_and_the_lock_is_lost() {
     let mut ns = TestNs::new("renew-taken").await;
-    ns.create_lock("l", json!({"leaseDurationSeconds": 3})).await;
     ns.start_operator(&[]);
     let leases: Api<Lease> = ns.api();
-    let (client, recorded) = ns.recording_client().await;
-    let a = Holder::new(client, &ns.ns, "l", "a");
-    let guard = a.acquire(Some(WAIT)).await.expect("a acquires");
-    let from = recorded.all().len();
-    let body = json!({"metadata": {"annotations": {HOLDER_UID_ANNOTATION: "someone-else/1"}}});
-    leases.patch("l", &PatchParams::default(), &Patch::Merge(&body)).await.expect("rename the request");
-    let reason = tokio::time::timeout(Duration::from_secs(5), guard.lost()).await.expect("lost within 5 s");
-    assert_eq!(reason, LostReason::Taken);
-    let seen = lease_requests(&recorded.all(), from);
-    let refused = seen.iter().position(|(m, s)| m == "PATCH" && *s == 422).expect("a renewal PATCH answered 422");
-    assert!(
-        !seen[refused..].iter().any(|(m, s)| (m == "PATCH" || m == "PUT") && *s == 200),
-        "no renewal was written after the refusal: {seen:?}"
-    );
-    drop(guard);
-    a.close().await;
+    let rewrites = [
+        ("uid", json!({"metadata": {"annotations": {HOLDER_UID_ANNOTATION: "someone-else/1"}}})),
+        ("identity", json!({"spec": {"holderIdentity": "someone-else"}})),
+    ];
+    for (lock, rewrite) in rewrites {
+        ns.create_lock(lock, json!({"leaseDurationSeconds": 3})).await;
+        let (client, recorded) = ns.recording_client().await;
+        let a = Holder::new(client, &ns.ns, lock, "a");
+        let guard = a.acquire(Some(WAIT)).await.expect("a acquires");
+        let from = recorded.all().len();
+        leases.patch(lock, &PatchParams::default(), &Patch::Merge(&rewrite)).await.expect("rewrite the Lease");
+        let reason = tokio::time::timeout(Duration::from_secs(5), guard.lost()).await.expect("lost within 5 s");
+        assert_eq!(reason, LostReason::Taken, "{lock}");
+        let seen = lease_requests(&recorded.all(), from);
+        let refused = seen
+            .iter()
+            .position(|(m, s)| m == "PATCH" && *s == 422)
+            .unwrap_or_else(|| panic!("{lock}: a renewal PATCH answered 422: {seen:?}"));
+        assert!(
+            !seen[refused..].iter().any(|(m, s)| (m == "PATCH" || m == "PUT") && *s == 200),
+            "{lock}: no renewal was written after the refusal: {seen:?}"
+        );
+        drop(guard);
+        a.close().await;
+    }
     ns.cleanup().await;
 }

@@ -21,8 +21,9 @@
 //! queue as gated pods) and watches the lock's Leases and the claim until the operator's grant
 //! names the claim in a Lease (with the fencing token) or writes it into the claim's status,
 //! whichever it sees first (the Lease is written first). From then on the holder must **renew**: every `renew_period` (after a failure:
-//! every `retry_period`) it compare-and-swaps the Lease's `renewTime`, if the Lease still names
-//! it; one PUT, from the Lease its last write returned (a GET first only after a 409). The operator takes the lock back when it
+//! every `retry_period`) it sets the Lease's `renewTime` if the Lease still names it: one JSON
+//! Patch whose `test` operations check the holder (no resourceVersion, so writes by others that
+//! leave the holder alone do not refuse it; [`renew`]). The operator takes the lock back when it
 //! has not seen a renewal for `leaseDurationSeconds` on its own monotonic clock.
 //!
 //! Timings follow client-go's leader election (`leaseDuration` 15 s, `renewDeadline` 10 s,
@@ -118,6 +119,13 @@ pub enum HolderError {
 fn is_forbidden(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 403)
 }
+
+/// How many compare-and-swap writes an arrival by the Lease ([`Holder::enqueue`], a standing
+/// claim's plain wait) makes before it arrives by its claim instead: a write refused with 409
+/// did not land, so the arrival reads the Lease and decides again. The model checker's arrival
+/// (`tests/model.rs`, `ClaimArrivesByLease`) is one atomic read and write that a waiting process
+/// may take at any point while it is allowed: a refused try is that action not taken yet.
+const ARRIVAL_TRIES: u32 = 3;
 
 fn kube_err(op: &'static str) -> impl FnOnce(kube::Error) -> HolderError {
     move |source| HolderError::Kube { op, source }
@@ -657,13 +665,14 @@ impl Holder {
     /// (issue 12, `docs/two-writes-per-grant.md`, "The arrival writes the hint"): reads the Lease
     /// and, when [`lease_arrival`] allows it, one compare-and-swap PUT (the resourceVersion read)
     /// that names the request as the next-holder hint (the holder's release hands over to it) or,
-    /// on a free Lease, takes it (the grant, written by the waiter). Returns how it arrived and
-    /// when the write was sent (this process's monotonic clock).
+    /// on a free Lease, takes it (the grant, written by the waiter). A PUT refused with 409 is
+    /// tried again from a new read, up to [`ARRIVAL_TRIES`] PUTs. Returns how it arrived and
+    /// when the write that landed was sent (this process's monotonic clock).
     ///
     /// # Errors
     /// It must arrive by its claim instead: `Err(None)` when no such arrival is allowed, the
-    /// Lease is missing, the read failed or the write was refused (an API status such as 409 or
-    /// 403: it did not land); `Err(Some(sent))` when the write failed otherwise (a timeout, a
+    /// Lease is missing, a read failed or the last write was refused (an API status such as 409
+    /// or 403: it did not land); `Err(Some(sent))` when the write failed otherwise (a timeout, a
     /// lost connection) and so may have landed: a grant it took then counts from `sent`.
     async fn arrive_by_lease(
         &self,
@@ -671,58 +680,69 @@ impl Holder {
         request: i64,
     ) -> Result<(LeaseArrived, Instant), Option<Instant>> {
         let leases: Api<Lease> = Api::namespaced(self.client.clone(), &self.namespace);
-        let mut lease = match leases.get_opt(&self.lock).await {
-            Ok(l) => l.ok_or(None)?,
-            Err(e) => {
-                tracing::debug!(error = %e, "reading the Lease for an arrival failed: arriving by the claim");
-                return Err(None);
-            }
-        };
         let uid = request_uid(object_uid, request);
-        let view = crate::lease::view(&lease);
-        let Some(arrival) = lease_arrival(&view, &self.identity, &uid) else {
-            tracing::debug!(
-                lock = %self.lock,
-                identity = %self.identity,
-                holder = ?view.holder.as_ref().map(|h| (h.kind, h.uid.as_deref() == Some(uid.as_str()))),
-                hint = view.next.is_some(),
-                token = view.token,
-                ceiling = ?view.ceiling,
-                trusted = view.trusted,
-                "no arrival by the Lease allowed: arriving by the claim"
-            );
-            return Err(None);
-        };
-        let time = Timestamp::now();
-        match &arrival {
-            LeaseArrival::Hint(next) => crate::lease::put_next(&mut lease, Some(next)),
-            LeaseArrival::Take(token) => take(&mut lease, &self.identity, &uid, *token, time),
-        }
-        // Taken before the write is sent: nothing can grant the request (nor start an expiry
-        // clock for it) before the write lands.
-        let queued = Instant::now();
-        match leases.replace(&self.lock, &PostParams::default(), &lease).await {
-            Ok(written) => {
-                tracing::trace!(lock = %self.lock, identity = %self.identity, ?arrival, "arrived by the Lease");
-                let arrived = match arrival {
-                    LeaseArrival::Hint(_) => {
-                        LeaseArrived::Hint { time, rv: written.resource_version().unwrap_or_default() }
-                    }
-                    LeaseArrival::Take(_) => LeaseArrived::Took(Box::new(written)),
-                };
-                Ok((arrived, queued))
-            }
-            Err(e) => {
-                tracing::debug!(lock = %self.lock, identity = %self.identity, error = %e, "the arrival by the Lease failed: arriving by the claim");
-                if is_forbidden(&e) {
-                    lock_state(&self.standing).lease_refused = true;
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let mut lease = match leases.get_opt(&self.lock).await {
+                Ok(l) => l.ok_or(None)?,
+                Err(e) => {
+                    tracing::debug!(error = %e, "reading the Lease for an arrival failed: arriving by the claim");
+                    return Err(None);
                 }
-                // Refused (a conflict, a status answer): it did not land. Anything else (a lost
-                // answer, a timeout) may have.
-                Err(match &e {
-                    kube::Error::Api(_) => None,
-                    _ => Some(queued),
-                })
+            };
+            let view = crate::lease::view(&lease);
+            let Some(arrival) = lease_arrival(&view, &self.identity, &uid) else {
+                tracing::debug!(
+                    lock = %self.lock,
+                    identity = %self.identity,
+                    holder = ?view.holder.as_ref().map(|h| (h.kind, h.uid.as_deref() == Some(uid.as_str()))),
+                    hint = view.next.is_some(),
+                    token = view.token,
+                    ceiling = ?view.ceiling,
+                    trusted = view.trusted,
+                    "no arrival by the Lease allowed: arriving by the claim"
+                );
+                return Err(None);
+            };
+            let time = Timestamp::now();
+            match &arrival {
+                LeaseArrival::Hint(next) => crate::lease::put_next(&mut lease, Some(next)),
+                LeaseArrival::Take(token) => take(&mut lease, &self.identity, &uid, *token, time),
+            }
+            // Taken before the write is sent: nothing can grant the request (nor start an expiry
+            // clock for it) before the write lands.
+            let queued = Instant::now();
+            match leases.replace(&self.lock, &PostParams::default(), &lease).await {
+                Ok(written) => {
+                    tracing::trace!(lock = %self.lock, identity = %self.identity, ?arrival, tries, "arrived by the Lease");
+                    let arrived = match arrival {
+                        LeaseArrival::Hint(_) => {
+                            LeaseArrived::Hint { time, rv: written.resource_version().unwrap_or_default() }
+                        }
+                        LeaseArrival::Take(_) => LeaseArrived::Took(Box::new(written)),
+                    };
+                    return Ok((arrived, queued));
+                }
+                // Someone wrote the Lease since the read (most often the holder's release, or a
+                // hint): the write did not land, so this request is where it was before it; read
+                // again and decide again, up to `ARRIVAL_TRIES` writes in all. Arriving by the
+                // claim instead costs a claim write, and then the operator's.
+                Err(kube::Error::Api(s)) if s.code == 409 && tries < ARRIVAL_TRIES => {
+                    tracing::debug!(lock = %self.lock, identity = %self.identity, tries, "the arrival by the Lease met a conflict: reading again");
+                }
+                Err(e) => {
+                    tracing::debug!(lock = %self.lock, identity = %self.identity, error = %e, "the arrival by the Lease failed: arriving by the claim");
+                    if is_forbidden(&e) {
+                        lock_state(&self.standing).lease_refused = true;
+                    }
+                    // Refused (a conflict, a status answer): it did not land. Anything else (a
+                    // lost answer, a timeout) may have.
+                    return Err(match &e {
+                        kube::Error::Api(_) => None,
+                        _ => Some(queued),
+                    });
+                }
             }
         }
     }
@@ -1032,7 +1052,7 @@ impl Holder {
 
 /// The grant that `lease`, a Lease of the lock named `lock`, records for the claim with UID
 /// `claim_uid` and `spec.identity` `identity`: (fencing token, slot, Lease name, the Lease
-/// itself, so the first renewal or the release, a next-holder handover included, needs no read). `None` for a Lease that names someone else, a Lease whose name is no slot's
+/// itself, so the release, a next-holder handover included, needs no read). `None` for a Lease that names someone else, a Lease whose name is no slot's
 /// of this lock (`lease::slot_lease_name`), or one whose token annotation is missing or
 /// unreadable (the claim's status then brings the grant).
 fn grant_in(lease: &Lease, lock: &str, identity: &str, claim_uid: &str) -> Option<Granted> {
@@ -1076,9 +1096,9 @@ pub(crate) type LeaseWatch = futures::stream::BoxStream<'static, kube::Result<Wa
 
 /// Keeps `known` at the newest version of the held Lease that still names this holder, from the
 /// watch that brought the grant: a write of the operator's (the next-holder hint, issue 12) then
-/// costs the release or the next renewal no 409 and no read. A stale version only costs a 409
-/// and a read (every write is a compare-and-swap); the watch ending (the server's timeout) only
-/// ends the following.
+/// costs the release no 409 and no read (a renewal needs no version: [`renew`]). A stale version
+/// only costs a 409 and a read (the release is a compare-and-swap); the watch ending (the
+/// server's timeout) only ends the following.
 async fn follow_lease(mut events: LeaseWatch, known: KnownLease, identity: String, claim_uid: String) {
     while let Some(Ok(ev)) = events.next().await {
         match ev {
@@ -1383,7 +1403,7 @@ impl LockGuard {
     /// `queued`. A grant learned within the renew period of `queued` is therefore held at once,
     /// with `queued` as its last renewal's start and its first renewal due a renew period after
     /// it (no write on the handover's path: issue 12). A grant learned later is first proved by
-    /// a renewal (owner-verified compare-and-swap), whose start is then the reference. The model
+    /// a renewal (owner-verified: [`renew`]), whose start is then the reference. The model
     /// checker runs the same rule (`tests/model.rs`, `ClaimLearns`) and catches the unsafe one,
     /// counting from when the grant was learned (`Bug::HolderClockFromLearning`).
     #[allow(clippy::too_many_arguments)]
@@ -1398,8 +1418,8 @@ impl LockGuard {
     ) -> Result<LockGuard, HolderError> {
         let renew_deadline = timings.renew_deadline;
         let known = KnownLease::default();
-        // The Lease (or the version) the grant wrote: the first renewal or the release needs no
-        // read.
+        // The Lease (or the version) the grant wrote: the release (and a renewal by
+        // compare-and-swap, after a 403 on the patch) needs no read.
         match lease_known {
             Some(Known::Object(l)) => known.set(*l),
             Some(Known::Version(rv)) => known.set_version(rv),
@@ -1622,11 +1642,16 @@ async fn free(
 
 /// The Lease as this holder's last successful write (renewal) returned it, or only the
 /// resourceVersion at which the grant wrote it (the claim's `status.leaseResourceVersion`), so
-/// the next renewal or the release can compare-and-swap without reading first. Taken by the
+/// the release (and a renewal by [`renew_by_read`]) can compare-and-swap without reading first. Taken by the
 /// write that uses it; a stale one costs a 409 and a fresh read, never a wrong write (the
-/// resourceVersion precondition).
+/// resourceVersion precondition). Also whether a renewal patch was refused with 403 (a holder
+/// role from before the holder patched, or a Lease policy that refuses it): then this grant's
+/// renewals compare-and-swap from here on ([`renew_by_read`]), without a patch first.
 #[derive(Clone, Default)]
-pub(crate) struct KnownLease(std::sync::Arc<std::sync::Mutex<Option<Known>>>);
+pub(crate) struct KnownLease {
+    known: std::sync::Arc<std::sync::Mutex<Option<Known>>>,
+    patch_refused: std::sync::Arc<AtomicBool>,
+}
 
 /// What [`KnownLease`] holds.
 #[derive(Debug, PartialEq)]
@@ -1640,15 +1665,15 @@ pub(crate) enum Known {
 
 impl KnownLease {
     fn take(&self) -> Option<Known> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).take()
+        self.known.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
 
     fn set(&self, lease: Lease) {
-        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(Known::Object(Box::new(lease)));
+        *self.known.lock().unwrap_or_else(|e| e.into_inner()) = Some(Known::Object(Box::new(lease)));
     }
 
     fn set_version(&self, resource_version: String) {
-        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(Known::Version(resource_version));
+        *self.known.lock().unwrap_or_else(|e| e.into_inner()) = Some(Known::Version(resource_version));
     }
 }
 
@@ -1688,9 +1713,15 @@ fn names_us(lease: &Lease, identity: &str, claim_uid: &str) -> bool {
 /// next-holder hint, a Lease arrival's hint, the operator's hint) does not refuse the renewal, as
 /// it refused a compare-and-swap on a `resourceVersion` (HTTP 409, then a read and a second try,
 /// each a round trip on a busy server). A failed `test` is answered HTTP 422
-/// (kubernetes/kubernetes#68346); this, and 403 (a holder role from before the holder patched:
-/// get and update only), are decided by [`renew_by_read`]: a read, and a compare-and-swap PUT
-/// where the Lease names us.
+/// (k8s.io/apiserver `pkg/endpoints/handlers/patch.go`, `applyJSPatch`); that is decided by
+/// [`renew_by_read`]: a read, and a compare-and-swap PUT only where the Lease names us. A 403 (a
+/// holder role from before the holder patched: get and update only) makes this grant renew by
+/// [`renew_by_read`] from then on, starting from the Lease in `known` (one PUT, as before).
+///
+/// A patch whose answer was lost (a timeout) may still land later, after other writes, where a
+/// stale compare-and-swap would have been refused: it sets `renewTime` on a Lease that still
+/// names us, which the holder's renew deadline (counted from the start of its last answered
+/// renewal) and the operator's expiry clock (restarted by every change it sees) both allow.
 pub(crate) async fn renew(
     leases: &Api<Lease>,
     lease_name: &str,
@@ -1698,6 +1729,9 @@ pub(crate) async fn renew(
     claim_uid: &str,
     known: &KnownLease,
 ) -> Result<bool, HolderError> {
+    if known.patch_refused.load(Ordering::Relaxed) {
+        return renew_by_read(leases, lease_name, identity, claim_uid, known).await;
+    }
     let patch = renew_patch(identity, claim_uid, MicroTime(Timestamp::now()));
     match leases.patch(lease_name, &PatchParams::default(), &Patch::Json::<()>(patch)).await {
         Ok(written) => {
@@ -1708,9 +1742,14 @@ pub(crate) async fn renew(
         // NotFound (the Lease, or the namespace, is gone) is a lost lock, not an error to retry:
         // nobody can prove this holder still holds.
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
-        Err(kube::Error::Api(s)) if s.code == 422 || s.code == 403 => {
-            tracing::debug!(lease = lease_name, identity, code = s.code, message = %s.message, "renewal patch refused; deciding from a read");
+        Err(kube::Error::Api(s)) if s.code == 422 => {
+            tracing::debug!(lease = lease_name, identity, message = %s.message, "renewal patch refused; deciding from a read");
             let _ = known.take();
+            renew_by_read(leases, lease_name, identity, claim_uid, known).await
+        }
+        Err(kube::Error::Api(s)) if s.code == 403 => {
+            tracing::debug!(lease = lease_name, identity, message = %s.message, "may not patch the Lease: renewing by compare-and-swap");
+            known.patch_refused.store(true, Ordering::Relaxed);
             renew_by_read(leases, lease_name, identity, claim_uid, known).await
         }
         Err(e) => Err(HolderError::Kube { op: "renew Lease", source: e }),

@@ -609,7 +609,8 @@ enum Action {
     /// The claim's process sees its claim rejected or gone before it saw a grant, and gives up
     /// (`HolderError::Busy`, `Rejected`, `ClaimDeleted`): it never acts on a grant afterwards.
     ClaimGivesUp(usize),
-    /// The claim's process renews (owner-verified compare-and-swap on the Lease).
+    /// The claim's process renews: one atomic step that sets `renewTime` while the Lease names
+    /// it ([`World::renew`]; `holder::renew`'s JSON Patch with `test` operations).
     ClaimRenews(usize),
     ClaimPaused(usize),
     ClaimResumed(usize),
