@@ -115,46 +115,6 @@ async fn a_standing_holders_second_acquire_on_a_held_lock_names_itself_next_in_t
     ns.cleanup().await;
 }
 
-/// A Lease arrival whose compare-and-swap meets a conflict (another party wrote the Lease between
-/// its read and its PUT: here the test, right before the PUT is sent) reads the Lease again and
-/// arrives by it after all: one 409, then one PUT answered 200 that names its request as the
-/// hint; the claim's spec is not written (no arrival by the claim), and b's release hands over to
-/// it.
-#[tokio::test]
-async fn a_lease_arrival_that_meets_a_conflict_reads_again_and_arrives_by_the_lease() {
-    let mut ns = TestNs::new("arrive-retry").await;
-    ns.create_lock("l", json!({})).await;
-    ns.start_operator(&[]);
-    let (claims, leases) = (ns.api::<DistributedLockClaim>(), ns.api::<Lease>());
-    let (client, recorded) = ns.recording_client().await;
-    let a = Holder::new(client, &ns.ns, "l", "a");
-    let b = Holder::new(ns.client.clone(), &ns.ns, "l", "b");
-    a.acquire(Some(WAIT)).await.expect("a's first acquire").release().await.expect("a releases");
-    let gb = b.acquire(Some(WAIT)).await.expect("b acquires");
-    let (uid, _, generation) = claim_of(&claims, "a").await;
-    set_ceiling(&leases, "l").await;
-    let from = recorded.all().len();
-    recorded.conflict_next_lease_puts(1);
-    let ticket = a.enqueue(OnBusy::Wait).await.expect("a enqueues again");
-    let me = request_uid(&uid, 2);
-    let puts: Vec<u16> = recorded.all()[from..]
-        .iter()
-        .filter(|(m, p, _)| m == http::Method::PUT && p.contains("/leases/"))
-        .map(|(_, _, s)| *s)
-        .collect();
-    assert_eq!(puts, vec![409, 200], "one PUT refused by the conflict, then one that landed");
-    let hint = leasehold::lease::next(&leases.get("l").await.unwrap()).map(|n| (n.identity, n.uid));
-    assert_eq!(hint, Some(("a".to_string(), me.clone())), "the hint names a's request 2");
-    assert_eq!(claim_of(&claims, "a").await.2, generation, "a's claim spec is not written");
-    gb.release().await.expect("b releases");
-    let ga = ticket.wait(Some(WAIT)).await.expect("a is granted");
-    assert_eq!(holder_uid(&leases.get("l").await.unwrap()), Some(me));
-    ga.release().await.expect("a releases");
-    a.close().await;
-    b.close().await;
-    ns.cleanup().await;
-}
-
 /// A standing holder's second (and third) acquire on a free lock takes the Lease itself, one
 /// write: it names the request, with the Lease's token + 1, kind Claim, one more transition and
 /// the released list kept; the claim's spec is not written. The third acquire is request 3 (the

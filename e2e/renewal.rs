@@ -93,3 +93,48 @@ async fn a_renewal_of_a_lease_that_names_another_request_or_holder_is_refused_an
     }
     ns.cleanup().await;
 }
+
+/// A holder whose role has no `patch` on Leases (as the holder role granted before 2026-12-02:
+/// get, watch, update): its first renewal's patch is refused (403) and it renews by one
+/// compare-and-swap PUT instead; its later renewals are PUTs alone, with no patch tried first.
+#[tokio::test]
+async fn a_holder_that_may_not_patch_leases_renews_by_compare_and_swap() {
+    let mut ns = TestNs::new("renew-nopatch").await;
+    ns.create_lock("l", json!({"leaseDurationSeconds": 3})).await;
+    ns.start_operator(&[]);
+    ns.kubectl(&["create", "serviceaccount", "old"]);
+    ns.kubectl(&["create", "role", "old-leases", "--verb=get,watch,update", "--resource=leases.coordination.k8s.io"]);
+    ns.kubectl(&["create", "role", "old-locks", "--verb=get,list,watch", "--resource=distributedlocks.leasehold.dev"]);
+    ns.kubectl(&[
+        "create",
+        "role",
+        "old-claims",
+        "--verb=get,create,list,watch,patch,delete",
+        "--resource=distributedlockclaims.leasehold.dev",
+    ]);
+    let sa = format!("--serviceaccount={}:old", ns.ns);
+    for role in ["old-leases", "old-locks", "old-claims"] {
+        ns.kubectl(&["create", "rolebinding", role, &format!("--role={role}"), &sa]);
+    }
+    let kc = crate::install::token_kubeconfig(&ns, "old", &crate::install::create_token(&ns, "old", None));
+    let (client, recorded) = ns.recording_client_as(&kc).await;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &ns.ns);
+    // (The API server's RBAC authorizer learns of new RoleBindings through an informer.)
+    let claims: Api<leasehold::crd::DistributedLockClaim> = Api::namespaced(client.clone(), &ns.ns);
+    crate::support::wait_until("the old roles are in force", WAIT, || async {
+        leases.get_opt("l").await.is_ok() && claims.list(&Default::default()).await.is_ok()
+    })
+    .await;
+    let a = Holder::new(client, &ns.ns, "l", "a").one_shot();
+    let guard = a.acquire(Some(WAIT)).await.expect("a acquires");
+    let from = recorded.all().len();
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    assert!(!guard.is_lost(), "a still holds");
+    let seen = lease_requests(&recorded.all(), from);
+    assert_eq!(seen.first(), Some(&("PATCH".to_string(), 403)), "the first renewal tries the patch: {seen:?}");
+    let after: Vec<&(String, u16)> = seen[1..].iter().filter(|(m, _)| m != "GET").collect();
+    assert!(after.len() >= 2, "at least two renewals after the refused patch: {seen:?}");
+    assert!(after.iter().all(|(m, s)| m == "PUT" && *s == 200), "then PUTs alone, each admitted: {seen:?}");
+    guard.release().await.expect("a releases");
+    ns.cleanup().await;
+}

@@ -559,46 +559,16 @@ pub fn psql(db: &str, args: &[&str]) -> (bool, String) {
 /// One answered request of a [`TestNs::recording_client`]: method, URI path, HTTP status.
 pub type Answered = (http::Method, String, u16);
 
-/// The requests a [`TestNs::recording_client`] sent and got an answer to, in answer order; and
-/// how many Lease PUTs it is still to make conflict ([`Recorded::conflict_next_lease_puts`]).
+/// The requests a [`TestNs::recording_client`] sent and got an answer to, in answer order.
 #[derive(Clone, Default)]
 pub struct Recorded {
     seen: Arc<Mutex<Vec<Answered>>>,
-    conflicts: Arc<std::sync::atomic::AtomicUsize>,
-    admin: Option<(Client, String)>,
 }
 
 impl Recorded {
     /// Everything answered so far.
     pub fn all(&self) -> Vec<Answered> {
         self.seen.lock().unwrap().clone()
-    }
-
-    /// Makes the client's next `n` PUTs of a Lease meet a conflict: before each is sent, the
-    /// admin client writes an annotation (`e2e.leasehold.dev/conflict`) on that Lease, so the PUT
-    /// carries a resourceVersion that is no longer the Lease's (HTTP 409), as when another party
-    /// writes between a read and a compare-and-swap.
-    pub fn conflict_next_lease_puts(&self, n: usize) {
-        self.conflicts.store(n, std::sync::atomic::Ordering::SeqCst);
-    }
-
-    /// The write of [`Recorded::conflict_next_lease_puts`] for a PUT to `path`, if one is due.
-    fn conflict_for(&self, method: &http::Method, path: &str) -> Option<futures::future::BoxFuture<'static, ()>> {
-        use std::sync::atomic::Ordering::SeqCst;
-        let (client, ns) = self.admin.clone()?;
-        let name = path.split_once("/leases/").map(|(_, n)| n.to_string())?;
-        if method != http::Method::PUT || self.conflicts.fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1)).is_err() {
-            return None;
-        }
-        Some(Box::pin(async move {
-            let body =
-                json!({"metadata": {"annotations": {"e2e.leasehold.dev/conflict": format!("{:?}", Instant::now())}}});
-            let leases: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(client, &ns);
-            leases
-                .patch(&name, &PatchParams::default(), &Patch::Merge(&body))
-                .await
-                .expect("write the Lease in between");
-        }))
     }
 }
 
@@ -637,13 +607,8 @@ where
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
         let (method, path) = (req.method().clone(), req.uri().path().to_string());
         let seen = self.seen.clone();
-        let conflict = seen.conflict_for(&method, &path);
-        // kube's stack sends the request when its future is first polled: after the write.
         let answer = self.inner.call(req);
         Box::pin(async move {
-            if let Some(write) = conflict {
-                write.await;
-            }
             let r = answer.await;
             if let Ok(resp) = &r {
                 seen.seen.lock().unwrap().push((method, path, resp.status().as_u16()));
@@ -655,18 +620,16 @@ where
 
 impl TestNs {
     /// An admin client (kube's own stack) that records every request it sends with its answer's
-    /// status: what a holder built on it asked the API server, and what it was told; it can also
-    /// make its next Lease PUTs meet a conflict ([`Recorded::conflict_next_lease_puts`]).
+    /// status: what a holder built on it asked the API server, and what it was told.
     pub async fn recording_client(&self) -> (Client, Recorded) {
         self.recording_client_as(&self.kubeconfig).await
     }
 
-    /// [`TestNs::recording_client`] with the credentials of `kubeconfig` (the conflicting writes
-    /// of [`Recorded::conflict_next_lease_puts`] are still the admin's).
+    /// [`TestNs::recording_client`] with the credentials of `kubeconfig`.
     pub async fn recording_client_as(&self, kubeconfig: &std::path::Path) -> (Client, Recorded) {
         let kc = Kubeconfig::read_from(kubeconfig).expect("read kubeconfig");
         let cfg = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await.expect("kubeconfig");
-        let seen = Recorded { admin: Some((self.client.clone(), self.ns.clone())), ..Recorded::default() };
+        let seen = Recorded::default();
         let builder = kube::client::ClientBuilder::try_from(cfg).expect("client builder");
         (builder.with_layer(&RecordLayer(seen.clone())).build(), seen)
     }

@@ -120,13 +120,6 @@ fn is_forbidden(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 403)
 }
 
-/// How many compare-and-swap writes an arrival by the Lease ([`Holder::enqueue`], a standing
-/// claim's plain wait) makes before it arrives by its claim instead: a write refused with 409
-/// did not land, so the arrival reads the Lease and decides again. The model checker's arrival
-/// (`tests/model.rs`, `ClaimArrivesByLease`) is one atomic read and write that a waiting process
-/// may take at any point while it is allowed: a refused try is that action not taken yet.
-const ARRIVAL_TRIES: u32 = 3;
-
 fn kube_err(op: &'static str) -> impl FnOnce(kube::Error) -> HolderError {
     move |source| HolderError::Kube { op, source }
 }
@@ -665,14 +658,13 @@ impl Holder {
     /// (issue 12, `docs/two-writes-per-grant.md`, "The arrival writes the hint"): reads the Lease
     /// and, when [`lease_arrival`] allows it, one compare-and-swap PUT (the resourceVersion read)
     /// that names the request as the next-holder hint (the holder's release hands over to it) or,
-    /// on a free Lease, takes it (the grant, written by the waiter). A PUT refused with 409 is
-    /// tried again from a new read, up to [`ARRIVAL_TRIES`] PUTs. Returns how it arrived and
-    /// when the write that landed was sent (this process's monotonic clock).
+    /// on a free Lease, takes it (the grant, written by the waiter). Returns how it arrived and
+    /// when the write was sent (this process's monotonic clock).
     ///
     /// # Errors
     /// It must arrive by its claim instead: `Err(None)` when no such arrival is allowed, the
-    /// Lease is missing, a read failed or the last write was refused (an API status such as 409
-    /// or 403: it did not land); `Err(Some(sent))` when the write failed otherwise (a timeout, a
+    /// Lease is missing, the read failed or the write was refused (an API status such as 409 or
+    /// 403: it did not land); `Err(Some(sent))` when the write failed otherwise (a timeout, a
     /// lost connection) and so may have landed: a grant it took then counts from `sent`.
     async fn arrive_by_lease(
         &self,
@@ -680,69 +672,58 @@ impl Holder {
         request: i64,
     ) -> Result<(LeaseArrived, Instant), Option<Instant>> {
         let leases: Api<Lease> = Api::namespaced(self.client.clone(), &self.namespace);
-        let uid = request_uid(object_uid, request);
-        let mut tries = 0;
-        loop {
-            tries += 1;
-            let mut lease = match leases.get_opt(&self.lock).await {
-                Ok(l) => l.ok_or(None)?,
-                Err(e) => {
-                    tracing::debug!(error = %e, "reading the Lease for an arrival failed: arriving by the claim");
-                    return Err(None);
-                }
-            };
-            let view = crate::lease::view(&lease);
-            let Some(arrival) = lease_arrival(&view, &self.identity, &uid) else {
-                tracing::debug!(
-                    lock = %self.lock,
-                    identity = %self.identity,
-                    holder = ?view.holder.as_ref().map(|h| (h.kind, h.uid.as_deref() == Some(uid.as_str()))),
-                    hint = view.next.is_some(),
-                    token = view.token,
-                    ceiling = ?view.ceiling,
-                    trusted = view.trusted,
-                    "no arrival by the Lease allowed: arriving by the claim"
-                );
+        let mut lease = match leases.get_opt(&self.lock).await {
+            Ok(l) => l.ok_or(None)?,
+            Err(e) => {
+                tracing::debug!(error = %e, "reading the Lease for an arrival failed: arriving by the claim");
                 return Err(None);
-            };
-            let time = Timestamp::now();
-            match &arrival {
-                LeaseArrival::Hint(next) => crate::lease::put_next(&mut lease, Some(next)),
-                LeaseArrival::Take(token) => take(&mut lease, &self.identity, &uid, *token, time),
             }
-            // Taken before the write is sent: nothing can grant the request (nor start an expiry
-            // clock for it) before the write lands.
-            let queued = Instant::now();
-            match leases.replace(&self.lock, &PostParams::default(), &lease).await {
-                Ok(written) => {
-                    tracing::trace!(lock = %self.lock, identity = %self.identity, ?arrival, tries, "arrived by the Lease");
-                    let arrived = match arrival {
-                        LeaseArrival::Hint(_) => {
-                            LeaseArrived::Hint { time, rv: written.resource_version().unwrap_or_default() }
-                        }
-                        LeaseArrival::Take(_) => LeaseArrived::Took(Box::new(written)),
-                    };
-                    return Ok((arrived, queued));
-                }
-                // Someone wrote the Lease since the read (most often the holder's release, or a
-                // hint): the write did not land, so this request is where it was before it; read
-                // again and decide again, up to `ARRIVAL_TRIES` writes in all. Arriving by the
-                // claim instead costs a claim write, and then the operator's.
-                Err(kube::Error::Api(s)) if s.code == 409 && tries < ARRIVAL_TRIES => {
-                    tracing::debug!(lock = %self.lock, identity = %self.identity, tries, "the arrival by the Lease met a conflict: reading again");
-                }
-                Err(e) => {
-                    tracing::debug!(lock = %self.lock, identity = %self.identity, error = %e, "the arrival by the Lease failed: arriving by the claim");
-                    if is_forbidden(&e) {
-                        lock_state(&self.standing).lease_refused = true;
+        };
+        let uid = request_uid(object_uid, request);
+        let view = crate::lease::view(&lease);
+        let Some(arrival) = lease_arrival(&view, &self.identity, &uid) else {
+            tracing::debug!(
+                lock = %self.lock,
+                identity = %self.identity,
+                holder = ?view.holder.as_ref().map(|h| (h.kind, h.uid.as_deref() == Some(uid.as_str()))),
+                hint = view.next.is_some(),
+                token = view.token,
+                ceiling = ?view.ceiling,
+                trusted = view.trusted,
+                "no arrival by the Lease allowed: arriving by the claim"
+            );
+            return Err(None);
+        };
+        let time = Timestamp::now();
+        match &arrival {
+            LeaseArrival::Hint(next) => crate::lease::put_next(&mut lease, Some(next)),
+            LeaseArrival::Take(token) => take(&mut lease, &self.identity, &uid, *token, time),
+        }
+        // Taken before the write is sent: nothing can grant the request (nor start an expiry
+        // clock for it) before the write lands.
+        let queued = Instant::now();
+        match leases.replace(&self.lock, &PostParams::default(), &lease).await {
+            Ok(written) => {
+                tracing::trace!(lock = %self.lock, identity = %self.identity, ?arrival, "arrived by the Lease");
+                let arrived = match arrival {
+                    LeaseArrival::Hint(_) => {
+                        LeaseArrived::Hint { time, rv: written.resource_version().unwrap_or_default() }
                     }
-                    // Refused (a conflict, a status answer): it did not land. Anything else (a
-                    // lost answer, a timeout) may have.
-                    return Err(match &e {
-                        kube::Error::Api(_) => None,
-                        _ => Some(queued),
-                    });
+                    LeaseArrival::Take(_) => LeaseArrived::Took(Box::new(written)),
+                };
+                Ok((arrived, queued))
+            }
+            Err(e) => {
+                tracing::debug!(lock = %self.lock, identity = %self.identity, error = %e, "the arrival by the Lease failed: arriving by the claim");
+                if is_forbidden(&e) {
+                    lock_state(&self.standing).lease_refused = true;
                 }
+                // Refused (a conflict, a status answer): it did not land. Anything else (a lost
+                // answer, a timeout) may have.
+                Err(match &e {
+                    kube::Error::Api(_) => None,
+                    _ => Some(queued),
+                })
             }
         }
     }
