@@ -128,7 +128,8 @@ async fn a_holder_that_may_not_patch_leases_renews_by_compare_and_swap() {
     let a = Holder::new(client, &ns.ns, "l", "a").one_shot();
     let guard = a.acquire(Some(WAIT)).await.expect("a acquires");
     let from = recorded.all().len();
-    tokio::time::sleep(Duration::from_millis(3500)).await;
+    let writes = || lease_requests(&recorded.all(), from).into_iter().filter(|(m, _)| m != "GET").count();
+    crate::support::wait_until("three Lease writes answered after the grant", WAIT, || async { writes() >= 3 }).await;
     assert!(!guard.is_lost(), "a still holds");
     let seen = lease_requests(&recorded.all(), from);
     assert_eq!(seen.first(), Some(&("PATCH".to_string(), 403)), "the first renewal tries the patch: {seen:?}");
