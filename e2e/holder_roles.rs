@@ -158,11 +158,8 @@ async fn a_service_account_bound_only_to_the_holder_role_holds_locks() {
     let renewal = tokio::time::timeout(Duration::from_secs(10), renewed.changed()).await;
     assert!(renewal.is_ok_and(|r| r.is_ok()), "a renewal succeeded within 10 s");
     assert!(!guard.is_lost());
-    let lease_writes: Vec<(String, u16)> = recorded.all()[from..]
-        .iter()
-        .filter(|(m, p, _)| p.contains("/leases/") && m != http::Method::GET)
-        .map(|(m, _, s)| (m.to_string(), *s))
-        .collect();
+    let lease_writes: Vec<(String, u16)> =
+        recorded.lease_requests(from).into_iter().filter(|(m, _)| m != "GET").collect();
     assert!(
         !lease_writes.is_empty() && lease_writes.iter().all(|(m, s)| m == "PATCH" && *s == 200),
         "each renewal is one PATCH, admitted: {lease_writes:?}"

@@ -11,16 +11,7 @@ use leasehold::holder::{Holder, LostReason};
 use leasehold::lock::HOLDER_UID_ANNOTATION;
 use serde_json::json;
 
-use crate::support::{Answered, TestNs, WAIT};
-
-/// The Lease requests among `answered`, from index `from` on: (method, status).
-fn lease_requests(answered: &[Answered], from: usize) -> Vec<(String, u16)> {
-    answered[from..]
-        .iter()
-        .filter(|(_, path, _)| path.contains("/leases/"))
-        .map(|(m, _, s)| (m.to_string(), *s))
-        .collect()
-}
+use crate::support::{TestNs, WAIT};
 
 /// While another party writes the Lease every 50 ms (an annotation the grant does not read), the
 /// holder's renewals (every 1 s at a 3 s lease) are each one PATCH answered 200: no 409, no read,
@@ -46,7 +37,7 @@ async fn a_renewal_is_one_patch_that_writes_by_others_leaving_the_holder_alone_d
     }
     assert!(!guard.is_lost(), "a still holds after {touches} writes by another party");
     assert!(*guard.last_renewal().borrow() > renewed_at_start, "a renewed meanwhile");
-    let seen = lease_requests(&recorded.all(), from);
+    let seen = recorded.lease_requests(from);
     assert!(seen.len() >= 3, "at least 3 renewals in 5 s at a 1 s renew period: {seen:?}");
     assert!(
         seen.iter().all(|(m, s)| m == "PATCH" && *s == 200),
@@ -79,7 +70,7 @@ async fn a_renewal_of_a_lease_that_names_another_request_or_holder_is_refused_an
         leases.patch(lock, &PatchParams::default(), &Patch::Merge(&rewrite)).await.expect("rewrite the Lease");
         let reason = tokio::time::timeout(Duration::from_secs(5), guard.lost()).await.expect("lost within 5 s");
         assert_eq!(reason, LostReason::Taken, "{lock}");
-        let seen = lease_requests(&recorded.all(), from);
+        let seen = recorded.lease_requests(from);
         let refused = seen
             .iter()
             .position(|(m, s)| m == "PATCH" && *s == 422)
@@ -128,10 +119,10 @@ async fn a_holder_that_may_not_patch_leases_renews_by_compare_and_swap() {
     let a = Holder::new(client, &ns.ns, "l", "a").one_shot();
     let guard = a.acquire(Some(WAIT)).await.expect("a acquires");
     let from = recorded.all().len();
-    let writes = || lease_requests(&recorded.all(), from).into_iter().filter(|(m, _)| m != "GET").count();
+    let writes = || recorded.lease_requests(from).into_iter().filter(|(m, _)| m != "GET").count();
     crate::support::wait_until("three Lease writes answered after the grant", WAIT, || async { writes() >= 3 }).await;
     assert!(!guard.is_lost(), "a still holds");
-    let seen = lease_requests(&recorded.all(), from);
+    let seen = recorded.lease_requests(from);
     assert_eq!(seen.first(), Some(&("PATCH".to_string(), 403)), "the first renewal tries the patch: {seen:?}");
     let after: Vec<&(String, u16)> = seen[1..].iter().filter(|(m, _)| m != "GET").collect();
     assert!(after.len() >= 2, "at least two renewals after the refused patch: {seen:?}");

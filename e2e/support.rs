@@ -71,10 +71,14 @@ pub async fn kubeconfig() -> PathBuf {
         .clone()
 }
 
-async fn client_for(path: &PathBuf) -> Client {
+async fn client_for(path: &std::path::Path) -> Client {
+    Client::try_from(config_for(path).await).expect("client")
+}
+
+/// The client configuration of kubeconfig `path`.
+async fn config_for(path: &std::path::Path) -> Config {
     let kc = Kubeconfig::read_from(path).expect("read kubeconfig");
-    let cfg = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await.expect("kubeconfig");
-    Client::try_from(cfg).expect("client")
+    Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await.expect("kubeconfig")
 }
 
 async fn install_crds(client: &Client) {
@@ -570,6 +574,15 @@ impl Recorded {
     pub fn all(&self) -> Vec<Answered> {
         self.seen.lock().unwrap().clone()
     }
+
+    /// The Lease requests answered so far, from the `from`-th answer on: (method, status).
+    pub fn lease_requests(&self, from: usize) -> Vec<(String, u16)> {
+        self.all()[from..]
+            .iter()
+            .filter(|(_, path, _)| path.contains("/leases/"))
+            .map(|(m, _, s)| (m.to_string(), *s))
+            .collect()
+    }
 }
 
 /// A tower layer that records every answer of the client it wraps ([`Recorded`]).
@@ -627,10 +640,8 @@ impl TestNs {
 
     /// [`TestNs::recording_client`] with the credentials of `kubeconfig`.
     pub async fn recording_client_as(&self, kubeconfig: &std::path::Path) -> (Client, Recorded) {
-        let kc = Kubeconfig::read_from(kubeconfig).expect("read kubeconfig");
-        let cfg = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await.expect("kubeconfig");
         let seen = Recorded::default();
-        let builder = kube::client::ClientBuilder::try_from(cfg).expect("client builder");
+        let builder = kube::client::ClientBuilder::try_from(config_for(kubeconfig).await).expect("client builder");
         (builder.with_layer(&RecordLayer(seen.clone())).build(), seen)
     }
 }

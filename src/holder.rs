@@ -1739,16 +1739,20 @@ pub(crate) async fn renew(
 
 /// The JSON Patch of [`renew`]: `test` `/spec/holderIdentity` = `identity`, `test`
 /// `/metadata/annotations/leasehold.dev~1holder-uid` = `claim_uid` (RFC 6901 escapes `/` as
-/// `~1`), `add` `/spec/renewTime` = `now` (`add` replaces a member that exists and, unlike
-/// `replace`, also sets one that does not).
+/// `~1`: jsonptr's `PointerBuf::from_tokens`), `add` `/spec/renewTime` = `now` (`add` replaces a
+/// member that exists and, unlike `replace`, also sets one that does not).
 fn renew_patch(identity: &str, claim_uid: &str, now: MicroTime) -> json_patch::Patch {
-    let uid_path = format!("/metadata/annotations/{}", HOLDER_UID_ANNOTATION.replace('~', "~0").replace('/', "~1"));
-    let ops = serde_json::json!([
-        {"op": "test", "path": "/spec/holderIdentity", "value": identity},
-        {"op": "test", "path": uid_path, "value": claim_uid},
-        {"op": "add", "path": "/spec/renewTime", "value": now},
-    ]);
-    serde_json::from_value(ops).expect("a JSON Patch of three operations")
+    use json_patch::jsonptr::PointerBuf;
+    use json_patch::{AddOperation, PatchOperation, TestOperation};
+    let path = |tokens: &[&str]| PointerBuf::from_tokens(tokens.iter().copied());
+    json_patch::Patch(vec![
+        PatchOperation::Test(TestOperation { path: path(&["spec", "holderIdentity"]), value: identity.into() }),
+        PatchOperation::Test(TestOperation {
+            path: path(&["metadata", "annotations", HOLDER_UID_ANNOTATION]),
+            value: claim_uid.into(),
+        }),
+        PatchOperation::Add(AddOperation { path: path(&["spec", "renewTime"]), value: serde_json::json!(now) }),
+    ])
 }
 
 /// [`renew`] by a read and a compare-and-swap: from the Lease in `known` (our last write, or a
