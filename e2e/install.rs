@@ -366,14 +366,20 @@ async fn chart_installs_upgrades_and_uninstalls() {
     let c = &ns.client;
     let full = release.fullname();
 
-    // Install: every object is there, the Deployment's 2 replicas are ready (helm --wait).
+    // Install: every object is there, and the Deployment's 2 replicas become ready. `helm
+    // --wait` reads the ReplicaSet's ready count; the Deployment's status follows a moment later
+    // (a run read Some(1) here).
     let status: Value =
         serde_json::from_str(&helm_ok(&ns.kubeconfig, &["status", &release.name, "-n", &ns.ns, "-o", "json"])).unwrap();
     assert_eq!(status["info"]["status"], "deployed");
     assert_eq!(status["version"], 1);
-    let dep = ns.api::<Deployment>().get(&full).await.expect("Deployment");
+    let deployments = ns.api::<Deployment>();
+    wait_until("both replicas ready", WAIT, || async {
+        deployments.get(&full).await.ok().and_then(|d| d.status).and_then(|s| s.ready_replicas) == Some(2)
+    })
+    .await;
+    let dep = deployments.get(&full).await.expect("Deployment");
     assert_eq!(dep.spec.replicas, Some(2));
-    assert_eq!(dep.status.as_ref().and_then(|s| s.ready_replicas), Some(2), "both replicas ready");
     let pod_spec = dep.spec.template.spec.clone().unwrap();
     assert_eq!(pod_spec.service_account_name.as_deref(), Some(full.as_str()));
     let psc = pod_spec.security_context.clone().unwrap();
@@ -450,7 +456,6 @@ async fn chart_installs_upgrades_and_uninstalls() {
     assert_eq!(dep.spec.replicas, Some(3));
     // `helm upgrade --wait` returns once the new pods are ready; an old pod can still be
     // counted ready while it terminates (a CI run saw 4), so wait for the rollout to settle.
-    let deployments = ns.api::<Deployment>();
     wait_until("3 updated replicas, all ready, no old pod left", WAIT, || async {
         deployments
             .get(&full)

@@ -316,3 +316,69 @@ async fn a_cancelled_wait_withdraws_the_waiter_s_own_hint() {
     b.close().await;
     ns.cleanup().await;
 }
+
+/// A herd of waiters on one lock (issue 12): 24 `acquire()` calls queue behind a holder, past
+/// their first second of waiting, and each, once granted, holds 100 ms and releases. The
+/// operator names the next holder at each handover, so no waiter's own hint
+/// (`grant::waiter_hint`) is needed: its `WAITER_HINT_AFTER` counts from the Lease's last change
+/// of holder, token or hint, not only from the start of its wait. Counted from the start only,
+/// every waiter still queued wrote the hint on each handover, one landing and the rest refused
+/// (409): hundreds here, 60.5 per handover with 200 waiters (README "Performance").
+#[tokio::test]
+async fn a_herd_of_waiters_does_not_write_the_hint_at_every_handover() {
+    use leasehold::crd::DistributedLock;
+    use std::sync::{Arc, Mutex};
+    const WAITERS: usize = 24;
+    let mut ns = TestNs::new("herd").await;
+    ns.create_lock("l", json!({})).await;
+    ns.start_operator(&[]);
+    let locks = ns.api::<DistributedLock>();
+    let first = Holder::new(ns.client.clone(), &ns.ns, "l", "first");
+    let g0 = first.acquire(Some(WAIT)).await.expect("first acquires");
+    let (client, recorded) = ns.recording_client().await;
+    let tokens: Arc<Mutex<Vec<i64>>> = Arc::default();
+    let mut tasks = vec![];
+    for i in 0..WAITERS {
+        let h = Holder::new(client.clone(), &ns.ns, "l", &format!("waiter-{i}"));
+        let tokens = tokens.clone();
+        tasks.push(tokio::spawn(async move {
+            let g = h.acquire(Some(Duration::from_secs(120))).await.unwrap_or_else(|e| panic!("waiter-{i}: {e}"));
+            tokens.lock().unwrap().push(g.token());
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            g.release().await.unwrap_or_else(|e| panic!("waiter-{i} releases: {e}"));
+            h.close().await;
+        }));
+    }
+    wait_until("every waiter queued", WAIT, || async {
+        locks.get("l").await.ok().and_then(|l| l.status).is_some_and(|s| s.waiting >= WAITERS as i32)
+    })
+    .await;
+    // Every waiter is past its first second (the hint's delay) before the first handover.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let from = recorded.all().len();
+    let t0 = g0.token();
+    g0.release().await.expect("first releases");
+    for t in tasks {
+        tokio::time::timeout(Duration::from_secs(120), t).await.expect("every waiter is served").unwrap();
+    }
+    let tokens = tokens.lock().unwrap().clone();
+    let mut sorted = tokens.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    assert_eq!(sorted.len(), WAITERS, "one grant per waiter, every token distinct: {tokens:?}");
+    assert!(sorted[0] > t0, "every token above the first holder's");
+    let seen = recorded.lease_requests(from);
+    let refused = seen.iter().filter(|(m, s)| m == "PUT" && *s == 409).count();
+    let written = seen.iter().filter(|(m, s)| (m == "PUT" || m == "PATCH") && *s < 300).count();
+    eprintln!("herd: {WAITERS} handovers, waiters' Lease writes {written}, refused {refused}");
+    assert!(
+        refused <= WAITERS / 4,
+        "at most one refused Lease write per 4 handovers ({WAITERS} handovers): {refused} refused, {written} written"
+    );
+    assert!(
+        written <= WAITERS + WAITERS / 4,
+        "about one Lease write of the waiters per handover (each release's): {written} for {WAITERS}"
+    );
+    first.close().await;
+    ns.cleanup().await;
+}
