@@ -286,6 +286,40 @@ async fn a_waiter_names_itself_as_the_hint_when_no_operator_does_and_is_handed_t
     ns.cleanup().await;
 }
 
+/// A waiter behind a holder that releases and takes the lock again and again, with no operator
+/// (killed after the first grant): a's release frees the Lease (no hint) and a's next acquire
+/// takes it (a new request, the next token) every 300 ms. b's own hint still comes, 1 s into
+/// its wait: takes leave the hint alone and do not restart `WAITER_HINT_AFTER`. Had they
+/// restarted it (a first version of the herd fix did), b would wait for ever behind a's takes.
+#[tokio::test]
+async fn a_waiter_behind_a_holder_that_takes_again_and_again_still_names_itself_as_the_hint() {
+    let (ns, _, ga, a, b) = held_then_operator_killed("waiter-hint-takes").await;
+    let (claims, leases) = (ns.api::<DistributedLockClaim>(), ns.api::<Lease>());
+    let ticket = b.enqueue(OnBusy::Wait).await.expect("b enqueues");
+    let (uid, _, _) = claim_of(&claims, "b").await;
+    let me = request_uid(&uid, 1);
+    let waiting = tokio::spawn(async move { ticket.wait(Some(WAIT)).await });
+    let (mut ga, mut takes, deadline) = (ga, 0, std::time::Instant::now() + Duration::from_secs(20));
+    loop {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let token = ga.token();
+        ga.release().await.expect("a releases");
+        if holder_uid(&leases.get("l").await.unwrap()) == Some(me.clone()) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "b never named itself as the hint in {takes} takes by a");
+        ga = a.acquire(Some(WAIT)).await.expect("a takes the free Lease again");
+        assert!(ga.token() > token, "a's take has the next token");
+        takes += 1;
+    }
+    let gb = waiting.await.unwrap().expect("b is handed the lock by a's release");
+    assert!(takes >= 2, "a took the Lease again {takes} times while b waited its 1 s");
+    gb.release().await.expect("b releases");
+    a.close().await;
+    b.close().await;
+    ns.cleanup().await;
+}
+
 /// A wait that times out after the waiter named itself as the hint, then cancelled: the cancel
 /// withdraws the hint (before it frees anything), so the holder's release frees the Lease
 /// instead of handing it to a request nobody waits for. The operator is stopped, as above, so
@@ -321,7 +355,7 @@ async fn a_cancelled_wait_withdraws_the_waiter_s_own_hint() {
 /// their first second of waiting, and each, once granted, holds 100 ms and releases. The
 /// operator names the next holder at each handover, so no waiter's own hint
 /// (`grant::waiter_hint`) is needed: its `WAITER_HINT_AFTER` counts from the Lease's last change
-/// of holder, token or hint, not only from the start of its wait. Counted from the start only,
+/// of the hint (each handover uses one), not only from the start of its wait. Counted from the start only,
 /// every waiter still queued wrote the hint on each handover, one landing and the rest refused
 /// (409): hundreds here, 60.5 per handover with 200 waiters (README "Performance").
 #[tokio::test]

@@ -847,9 +847,9 @@ impl Holder {
     /// A plain waiter of a standing claim (`hinted`: `Some`, the ticket's record of its own hint
     /// write) that waits by its claim names itself as the next-holder hint, at most one write
     /// landing, with a compare-and-swap on a Lease version its watch brought, when
-    /// [`WAITER_HINT_AFTER`] has passed (since the wait began or the Lease's holder, token or hint
-    /// last changed) and [`waiter_hint`] allows it (the lock is held by another claim and nobody
-    /// is hinted: the operator's own hint is late). A conflict waits for the next Lease version.
+    /// [`WAITER_HINT_AFTER`] has passed (since the wait began or the Lease's hint last changed)
+    /// and [`waiter_hint`] allows it (the lock is held by another claim and nobody is hinted: the
+    /// operator's own hint is late). A conflict waits for the next Lease version.
     async fn wait_for_grant(
         &self,
         claims: &Api<DistributedLockClaim>,
@@ -906,17 +906,17 @@ impl Holder {
             self.rearrive(claims, name, &h).await?;
         }
         // When this request may name itself as the hint ([`waiter_hint`]): `WAITER_HINT_AFTER`
-        // after it started waiting by its claim or after the Lease's holder, token or hint last
-        // changed, whichever is later; `None` once a hint write landed or may have
-        // (also in an earlier wait of the same ticket), or when it may not. The Lease version its
-        // watch brought last, not yet tried.
+        // after it started waiting by its claim or after the Lease's next-holder hint last changed
+        // (written, used by a handover or withdrawn), whichever is later; `None` once a hint write
+        // landed or may have (also in an earlier wait of the same ticket), or when it may not. The
+        // Lease version its watch brought last, not yet tried.
         let may_hint = hinted.is_some_and(|h| !h.sent.load(Ordering::SeqCst))
             && request.is_some()
             && !lock_state(&self.standing).lease_refused;
         let mut self_hint = may_hint.then(|| tokio::time::Instant::now() + WAITER_HINT_AFTER);
         let mut last_lease: Option<Lease> = None;
-        // The holder, token and hint of the last Lease version seen.
-        let mut last_grant_state = None;
+        // The next-holder hint of the last Lease version seen.
+        let mut last_next = None;
         loop {
             let hint_due = self_hint.filter(|_| hint.is_none() && last_lease.is_some());
             let next_lease = async {
@@ -947,15 +947,16 @@ impl Holder {
                             last_rv = l.resource_version().unwrap_or_default();
                             let view = crate::lease::view(&l);
                             let displaced_now = displaced(&view, uid);
-                            // A new grant or hint: the operator has its `WAITER_HINT_AFTER` again
-                            // (a renewal changes neither). Without this, every waiter past its
-                            // first second wrote the hint on each handover, one landing and the
-                            // rest refused (a herd, README "Performance").
-                            let grant_state = (view.holder, view.token, view.next);
-                            if last_grant_state.as_ref().is_some_and(|s| *s != grant_state) {
+                            // The hint was written or used (a handover): the operator has its
+                            // `WAITER_HINT_AFTER` again to name the next waiter. Without this,
+                            // every waiter past its first second wrote the hint at each handover,
+                            // one landing and the rest refused (a herd, README "Performance").
+                            // Takes and renewals leave the hint alone: a waiter behind a holder
+                            // that releases and takes again (no operator hint) still hints.
+                            if last_next.as_ref().is_some_and(|n| *n != view.next) {
                                 self_hint = self_hint.map(|_| tokio::time::Instant::now() + WAITER_HINT_AFTER);
                             }
-                            last_grant_state = Some(grant_state);
+                            last_next = Some(view.next);
                             last_lease = Some(l);
                             displaced_now
                         }

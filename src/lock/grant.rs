@@ -329,12 +329,14 @@ pub fn waiter_hint(lease: &LeaseView, identity: &str, uid: &str) -> Option<Next>
 /// How long a standing claim's request waits by its claim before its process may name itself as
 /// the next-holder hint ([`waiter_hint`]): 1 second, counted from the start of the wait
 /// (`Ticket::wait`), from its arrival by the claim after a displaced Lease arrival, or from the
-/// last Lease version whose holder, token or hint changed (a renewal does not count), whichever
-/// is latest; well above the operator's reaction time on a healthy API server (milliseconds), so
-/// the operator's FIFO hint comes first there. Counting from the last change matters when many
-/// wait: counted from the start of the wait only, every waiter past its first second wrote the
-/// hint on each handover (200 waiters: 60.5 refused Lease PUTs per handover, README
-/// "Performance").
+/// last Lease version whose next-holder hint changed (written, used by a handover, withdrawn;
+/// renewals and takes leave it alone), whichever is latest; well above the operator's reaction
+/// time on a healthy API server (milliseconds), so the operator's FIFO hint comes first there.
+/// Counting from the last change matters when many wait: counted from the start of the wait
+/// only, every waiter past its first second wrote the hint at each handover (200 waiters: 60.5
+/// refused Lease PUTs per handover, README "Performance"). Takes must not restart it: a waiter
+/// behind a holder that releases a free Lease and takes it again, over and over, with a slow
+/// operator, would never hint (the starvation the hint was built against).
 pub const WAITER_HINT_AFTER: Duration = Duration::from_secs(1);
 
 /// How many entries of `leasehold.dev/released` ([`LeaseView::released`]) a Lease write keeps
