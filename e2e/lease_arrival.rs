@@ -416,3 +416,38 @@ async fn a_herd_of_waiters_does_not_write_the_hint_at_every_handover() {
     first.close().await;
     ns.cleanup().await;
 }
+
+/// A waiter by claim whose Lease watch ends (here the API server ends every Lease watch of b's
+/// client after 2 s, as it does a watcher that falls behind, or after kube's 290 s) watches the
+/// Lease again: with the operator stopped, the claim's status never says "Granted", so b learns
+/// of a's release handing it the lock only from the Lease. Before, a waiter by claim dropped its
+/// Lease watch for good when it ended, and b waited for ever.
+#[tokio::test]
+async fn a_waiter_by_claim_watches_the_lease_again_after_the_watch_ended() {
+    let (ns, _, ga, a, _) = held_then_operator_killed("rewatch").await;
+    let (claims, leases) = (ns.api::<DistributedLockClaim>(), ns.api::<Lease>());
+    let b = Holder::new(ns.client_with_short_lease_watches(2).await, &ns.ns, "l", "b");
+    let ticket = b.enqueue(OnBusy::Wait).await.expect("b enqueues");
+    let (uid, _, _) = claim_of(&claims, "b").await;
+    let me = request_uid(&uid, 1);
+    let waiting = tokio::spawn(async move { ticket.wait(Some(WAIT)).await });
+    wait_until("b names itself as the hint", WAIT, || async {
+        leasehold::lease::next(&leases.get("l").await.unwrap()).is_some_and(|n| n.uid == me)
+    })
+    .await;
+    // b's watch has ended at least twice (every 2 s) before a releases.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(!waiting.is_finished(), "b waits while a holds");
+    let token = ga.token() + 1;
+    ga.release().await.expect("a releases, handing the lock to b");
+    let gb = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("b learns of its grant from the Lease within 10 s")
+        .unwrap()
+        .expect("b is granted");
+    assert_eq!(gb.token(), token, "b holds with the hint's token");
+    gb.release().await.expect("b releases");
+    a.close().await;
+    b.close().await;
+    ns.cleanup().await;
+}

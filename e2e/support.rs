@@ -585,6 +585,45 @@ impl Recorded {
     }
 }
 
+/// The service of [`TestNs::client_with_short_lease_watches`].
+#[derive(Clone)]
+pub struct ShortLeaseWatches<S> {
+    inner: S,
+    secs: u32,
+}
+
+impl<S, B> tower::Service<http::Request<B>> for ShortLeaseWatches<S>
+where
+    S: tower::Service<http::Request<B>>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut req: http::Request<B>) -> Self::Future {
+        let uri = req.uri().clone();
+        if let (true, Some(query)) = (uri.path().ends_with("/leases"), uri.query())
+            && query.split('&').any(|kv| kv == "watch=true")
+        {
+            let query: Vec<String> = query
+                .split('&')
+                .filter(|kv| !kv.starts_with("timeoutSeconds="))
+                .map(str::to_string)
+                .chain([format!("timeoutSeconds={}", self.secs)])
+                .collect();
+            let pq = format!("{}?{}", uri.path(), query.join("&"));
+            let mut parts = uri.into_parts();
+            parts.path_and_query = Some(pq.parse().expect("path and query"));
+            *req.uri_mut() = http::Uri::from_parts(parts).expect("uri");
+        }
+        self.inner.call(req)
+    }
+}
+
 /// A tower layer that records every answer of the client it wraps ([`Recorded`]).
 struct RecordLayer(Recorded);
 
@@ -636,6 +675,15 @@ impl TestNs {
     /// status: what a holder built on it asked the API server, and what it was told.
     pub async fn recording_client(&self) -> (Client, Recorded) {
         self.recording_client_as(&self.kubeconfig).await
+    }
+
+    /// A client (this namespace's admin credentials) whose Lease watches the API server ends
+    /// after `secs` seconds: the `timeoutSeconds` of every Lease WATCH request is rewritten
+    /// (kube-rs sends 290), as a watch the server closes early or a proxy cuts would end.
+    pub async fn client_with_short_lease_watches(&self, secs: u32) -> Client {
+        let builder =
+            kube::client::ClientBuilder::try_from(config_for(&self.kubeconfig).await).expect("client builder");
+        builder.with_layer(&tower::layer::layer_fn(move |inner| ShortLeaseWatches { inner, secs })).build()
     }
 
     /// [`TestNs::recording_client`] with the credentials of `kubeconfig`.

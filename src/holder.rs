@@ -806,6 +806,28 @@ impl Holder {
         }
     }
 
+    /// [`Holder::watch_lease`] from `rv` again after the watch that started at `since` ended.
+    /// `quick_ends` counts the watches in a row that ended within a second of their start (the
+    /// caller resets it to 0 at each event): `None` once it passes [`LEASE_REWATCHES`], so a
+    /// watch that the server ends at once, again and again, is not started for ever. A watch that
+    /// ran its course (the server's timeout) is always started again. Sets `since` to now.
+    async fn rewatch_lease(
+        &self,
+        rv: &str,
+        since: &mut tokio::time::Instant,
+        quick_ends: &mut u32,
+    ) -> Option<LeaseWatch> {
+        if since.elapsed() < Duration::from_secs(1) {
+            *quick_ends += 1;
+            if *quick_ends > LEASE_REWATCHES {
+                tracing::debug!(lock = %self.lock, "the Lease watch ended at once {LEASE_REWATCHES} times: not watched again");
+                return None;
+            }
+        }
+        *since = tokio::time::Instant::now();
+        self.watch_lease(rv).await
+    }
+
     /// A watch of the lock's own Lease (by name) from version `rv`; `None` when it cannot start.
     async fn watch_lease(&self, rv: &str) -> Option<LeaseWatch> {
         let leases: Api<Lease> = Api::namespaced(self.client.clone(), &self.namespace);
@@ -887,9 +909,10 @@ impl Holder {
         let fallback = watcher(claims.clone(), watcher::Config::default().fields(&by_name)).default_backoff();
         let mut claim_events = raw.chain(fallback).boxed();
         // The lock's own Lease (slot 0): one WATCH from version "0" (the Lease from the API
-        // server's watch cache, then every change). Only a shortcut: if it fails or ends, the
-        // claim's status still brings the grant, one write later; so does it for a grant in a
-        // semaphore's other slots. By name, not by the label every slot's Lease has: a label
+        // server's watch cache, then every change), started again when it ends (below). For the
+        // grant it is a shortcut: should it fail for good, the claim's status still brings the
+        // grant, one write later; so does it for a grant in a semaphore's other slots. The
+        // waiter's own hint needs it. By name, not by the label every slot's Lease has: a label
         // selector made the API server match every Lease change against every waiter's watch
         // (the closed-loop throughput fell by a sixth with 2,000 waiters, README "Performance").
         //
@@ -917,6 +940,9 @@ impl Holder {
         let mut last_lease: Option<Lease> = None;
         // The next-holder hint of the last Lease version seen.
         let mut last_next = None;
+        // When the Lease watch last started, and how many times in a row it ended within a second
+        // of its start with no event ([`Holder::rewatch_lease`]).
+        let (mut watched_since, mut rewatches) = (tokio::time::Instant::now(), 0u32);
         loop {
             let hint_due = self_hint.filter(|_| hint.is_none() && last_lease.is_some());
             let next_lease = async {
@@ -945,6 +971,7 @@ impl Holder {
                                 return Ok((grant, lease_events));
                             }
                             last_rv = l.resource_version().unwrap_or_default();
+                            rewatches = 0;
                             let view = crate::lease::view(&l);
                             let displaced_now = displaced(&view, uid);
                             // The hint was written or used (a handover): the operator has its
@@ -961,24 +988,35 @@ impl Holder {
                             displaced_now
                         }
                         Some(Ok(WatchEvent::Deleted(_))) => true,
-                        Some(Ok(WatchEvent::Bookmark(_))) => false,
+                        Some(Ok(WatchEvent::Bookmark(_))) => {
+                            rewatches = 0;
+                            false
+                        }
+                        // The watch ended: the server's timeout (kube's default 290 s), a watcher
+                        // the API server closed because it fell behind, 410 Gone, a broken
+                        // connection. Watched again, by a request known only to the Lease as by
+                        // one that waits by its claim: without the Lease, a waiter by claim can
+                        // neither name itself as the hint nor see its grant before the claim's
+                        // status says so, and behind a holder that releases and takes again at
+                        // once only the waiter's own hint gets it the lock (README "Performance",
+                        // 2026-12-06 20:34). From the last version seen after a plain end, from
+                        // the current Lease ("0") after an error; after `LEASE_REWATCHES` restarts
+                        // that ended within a second of their start with no event between them, the
+                        // claim only. A request known only to the Lease arrives by its claim when an
+                        // error may have hidden a version.
                         Some(Ok(WatchEvent::Error(e))) => {
-                            tracing::debug!(error = %e, "Lease watch ended: waiting on the claim only");
-                            lease_events = None;
+                            tracing::debug!(error = %e, rewatches, "Lease watch ended with an error: watching it again");
+                            lease_events = self.rewatch_lease("0", &mut watched_since, &mut rewatches).await;
                             true
                         }
                         Some(Err(e)) => {
-                            tracing::debug!(error = %e, "Lease watch failed: waiting on the claim only");
-                            lease_events = None;
+                            tracing::debug!(error = %e, rewatches, "Lease watch failed: watching it again");
+                            lease_events = self.rewatch_lease("0", &mut watched_since, &mut rewatches).await;
                             true
                         }
                         None => {
-                            // The server ended the watch (its timeout): a request known only to
-                            // the Lease goes on watching from the last version seen.
-                            lease_events = match &hint {
-                                Some(_) => self.watch_lease(&last_rv).await,
-                                None => None,
-                            };
+                            tracing::debug!(rewatches, "Lease watch ended: watching it again from the last version");
+                            lease_events = self.rewatch_lease(&last_rv, &mut watched_since, &mut rewatches).await;
                             lease_events.is_none()
                         }
                     };
@@ -1088,6 +1126,11 @@ type Granted = (i64, u32, String, Option<Known>);
 
 /// The Lease watch of the wait for the grant, kept while the lock is held ([`follow_lease`]).
 pub(crate) type LeaseWatch = futures::stream::BoxStream<'static, kube::Result<WatchEvent<Lease>>>;
+
+/// How many times in a row a waiter starts its Lease watch again after it ended within a second
+/// of its start, with no event in between ([`Holder::rewatch_lease`]): 5. A watch that ends at
+/// once every time is then given up, and the wait goes on by the claim only.
+const LEASE_REWATCHES: u32 = 5;
 
 /// Keeps `known` at the newest version of the held Lease that still names this holder, from the
 /// watch that brought the grant: a write of the operator's (the next-holder hint, issue 12) then
