@@ -806,37 +806,23 @@ impl Holder {
         }
     }
 
-    /// [`Holder::watch_lease`] from `rv` again after the watch that started at `since` ended.
-    /// `quick_ends` counts the watches in a row that ended within a second of their start (the
-    /// caller resets it to 0 at each event): `None` once it passes [`LEASE_REWATCHES`], so a
-    /// watch that the server ends at once, again and again, is not started for ever. A watch that
-    /// ran its course (the server's timeout) is always started again. Sets `since` to now.
-    async fn rewatch_lease(
-        &self,
-        rv: &str,
-        since: &mut tokio::time::Instant,
-        quick_ends: &mut u32,
-    ) -> Option<LeaseWatch> {
-        if since.elapsed() < Duration::from_secs(1) {
-            *quick_ends += 1;
-            if *quick_ends > LEASE_REWATCHES {
-                tracing::debug!(lock = %self.lock, "the Lease watch ended at once {LEASE_REWATCHES} times: not watched again");
-                return None;
-            }
-        }
-        *since = tokio::time::Instant::now();
-        self.watch_lease(rv).await
-    }
-
     /// A watch of the lock's own Lease (by name) from version `rv`; `None` when it cannot start.
     async fn watch_lease(&self, rv: &str) -> Option<LeaseWatch> {
+        self.try_watch_lease(rv).await.ok()
+    }
+
+    /// [`Holder::watch_lease`] with the reason it could not start.
+    ///
+    /// # Errors
+    /// The WATCH request's error (403 for a role without `watch` on Leases).
+    async fn try_watch_lease(&self, rv: &str) -> Result<LeaseWatch, kube::Error> {
         let leases: Api<Lease> = Api::namespaced(self.client.clone(), &self.namespace);
         let by_lock = WatchParams::default().fields(&format!("metadata.name={}", self.lock));
         match leases.watch(&by_lock, rv).await {
-            Ok(s) => Some(s.boxed()),
+            Ok(s) => Ok(s.boxed()),
             Err(e) => {
                 tracing::debug!(error = %e, "no Lease watch");
-                None
+                Err(e)
             }
         }
     }
@@ -922,8 +908,23 @@ impl Holder {
         // its claim ([`Holder::rearrive`]): it must never be lost.
         let leases: Api<Lease> = Api::namespaced(self.client.clone(), &self.namespace);
         let mut last_rv = hint.as_ref().map_or_else(|| "0".to_string(), |h| h.rv.clone());
-        // 403: a holder role without list/watch on Leases (from before 2026-12-03).
-        let mut lease_events = self.watch_lease(&last_rv).await;
+        // When the Lease watch last started; when and from which version it is to start again
+        // after it ended or could not start (`None`: running, or given up on a 403: a holder role
+        // without list/watch on Leases, from before 2026-12-03); the last delay before such a
+        // restart ([`rewatch_delay`]).
+        let mut watched_since = tokio::time::Instant::now();
+        let mut rewatch: Option<(tokio::time::Instant, String)> = None;
+        let mut rewatch_after = Duration::ZERO;
+        let mut lease_events = match self.try_watch_lease(&last_rv).await {
+            Ok(s) => Some(s),
+            Err(e) => {
+                if !is_forbidden(&e) {
+                    rewatch_after = rewatch_delay(rewatch_after, false);
+                    rewatch = Some((tokio::time::Instant::now() + rewatch_after, last_rv.clone()));
+                }
+                None
+            }
+        };
         let mut hint = hint;
         if let Some(h) = hint.take_if(|_| lease_events.is_none()) {
             self.rearrive(claims, name, &h).await?;
@@ -940,9 +941,6 @@ impl Holder {
         let mut last_lease: Option<Lease> = None;
         // The next-holder hint of the last Lease version seen.
         let mut last_next = None;
-        // When the Lease watch last started, and how many times in a row it ended within a second
-        // of its start with no event ([`Holder::rewatch_lease`]).
-        let (mut watched_since, mut rewatches) = (tokio::time::Instant::now(), 0u32);
         loop {
             let hint_due = self_hint.filter(|_| hint.is_none() && last_lease.is_some());
             let next_lease = async {
@@ -964,6 +962,19 @@ impl Holder {
                     }
                     continue;
                 }
+                () = tokio::time::sleep_until(rewatch.as_ref().map_or_else(tokio::time::Instant::now, |r| r.0)), if rewatch.is_some() => {
+                    let Some((_, rv)) = rewatch.take() else { continue };
+                    watched_since = tokio::time::Instant::now();
+                    match self.try_watch_lease(&rv).await {
+                        Ok(s) => lease_events = Some(s),
+                        Err(e) if is_forbidden(&e) => {}
+                        Err(_) => {
+                            rewatch_after = rewatch_delay(rewatch_after, false);
+                            rewatch = Some((tokio::time::Instant::now() + rewatch_after, rv));
+                        }
+                    }
+                    continue;
+                }
                 ev = next_lease => {
                     let displaced_now = match ev {
                         Some(Ok(WatchEvent::Added(l) | WatchEvent::Modified(l))) => {
@@ -971,7 +982,6 @@ impl Holder {
                                 return Ok((grant, lease_events));
                             }
                             last_rv = l.resource_version().unwrap_or_default();
-                            rewatches = 0;
                             let view = crate::lease::view(&l);
                             let displaced_now = displaced(&view, uid);
                             // The hint was written or used (a handover): the operator has its
@@ -988,8 +998,11 @@ impl Holder {
                             displaced_now
                         }
                         Some(Ok(WatchEvent::Deleted(_))) => true,
-                        Some(Ok(WatchEvent::Bookmark(_))) => {
-                            rewatches = 0;
+                        Some(Ok(WatchEvent::Bookmark(b))) => {
+                            // A restart from here after a quiet spell needs no 410 and no read.
+                            if !b.metadata.resource_version.is_empty() {
+                                last_rv = b.metadata.resource_version;
+                            }
                             false
                         }
                         // The watch ended: the server's timeout (kube's default 290 s), a watcher
@@ -1000,23 +1013,42 @@ impl Holder {
                         // status says so, and behind a holder that releases and takes again at
                         // once only the waiter's own hint gets it the lock (README "Performance",
                         // 2026-12-06 20:34). From the last version seen after a plain end, from
-                        // the current Lease ("0") after an error; after `LEASE_REWATCHES` restarts
-                        // that ended within a second of their start with no event between them, the
-                        // claim only. A request known only to the Lease arrives by its claim when an
-                        // error may have hidden a version.
+                        // the current Lease ("0") after an error, after [`rewatch_delay`] (at once
+                        // after a watch that ran a second or more). A request known only to the
+                        // Lease arrives by its claim when an error may have hidden a version, or
+                        // when the watch cannot start again at once.
                         Some(Ok(WatchEvent::Error(e))) => {
-                            tracing::debug!(error = %e, rewatches, "Lease watch ended with an error: watching it again");
-                            lease_events = self.rewatch_lease("0", &mut watched_since, &mut rewatches).await;
+                            tracing::debug!(error = %e, "Lease watch ended with an error: watching it again");
+                            rewatch_after = rewatch_delay(rewatch_after, watched_since.elapsed() >= Duration::from_secs(1));
+                            rewatch = Some((tokio::time::Instant::now() + rewatch_after, "0".into()));
+                            lease_events = None;
                             true
                         }
                         Some(Err(e)) => {
-                            tracing::debug!(error = %e, rewatches, "Lease watch failed: watching it again");
-                            lease_events = self.rewatch_lease("0", &mut watched_since, &mut rewatches).await;
+                            tracing::debug!(error = %e, "Lease watch failed: watching it again");
+                            rewatch_after = rewatch_delay(rewatch_after, watched_since.elapsed() >= Duration::from_secs(1));
+                            rewatch = Some((tokio::time::Instant::now() + rewatch_after, "0".into()));
+                            lease_events = None;
                             true
                         }
                         None => {
-                            tracing::debug!(rewatches, "Lease watch ended: watching it again from the last version");
-                            lease_events = self.rewatch_lease(&last_rv, &mut watched_since, &mut rewatches).await;
+                            tracing::debug!("Lease watch ended: watching it again from the last version");
+                            rewatch_after = rewatch_delay(rewatch_after, watched_since.elapsed() >= Duration::from_secs(1));
+                            lease_events = None;
+                            if rewatch_after.is_zero() {
+                                watched_since = tokio::time::Instant::now();
+                                match self.try_watch_lease(&last_rv).await {
+                                    Ok(s) => lease_events = Some(s),
+                                    Err(e) => {
+                                        rewatch_after = rewatch_delay(rewatch_after, false);
+                                        if !is_forbidden(&e) {
+                                            rewatch = Some((tokio::time::Instant::now() + rewatch_after, last_rv.clone()));
+                                        }
+                                    }
+                                }
+                            } else {
+                                rewatch = Some((tokio::time::Instant::now() + rewatch_after, last_rv.clone()));
+                            }
                             lease_events.is_none()
                         }
                     };
@@ -1127,10 +1159,15 @@ type Granted = (i64, u32, String, Option<Known>);
 /// The Lease watch of the wait for the grant, kept while the lock is held ([`follow_lease`]).
 pub(crate) type LeaseWatch = futures::stream::BoxStream<'static, kube::Result<WatchEvent<Lease>>>;
 
-/// How many times in a row a waiter starts its Lease watch again after it ended within a second
-/// of its start, with no event in between ([`Holder::rewatch_lease`]): 5. A watch that ends at
-/// once every time is then given up, and the wait goes on by the claim only.
-const LEASE_REWATCHES: u32 = 5;
+/// How long a waiter waits before it starts its Lease watch again ([`Holder::wait_for_grant`]),
+/// given the last such delay (`last`, zero at first) and whether the watch that ended ran at
+/// least a second (`ran`: the server's timeout or a long watch that then broke): at once after a
+/// watch that ran, otherwise twice the last delay, from 100 ms up to 30 s. A watch that ends or
+/// cannot start again and again (a server that refuses it, or is down) is so tried less and less
+/// often, never in a tight loop, and never given up (but on 403: RBAC does not change its mind).
+fn rewatch_delay(last: Duration, ran: bool) -> Duration {
+    if ran { Duration::ZERO } else { (last * 2).clamp(Duration::from_millis(100), Duration::from_secs(30)) }
+}
 
 /// Keeps `known` at the newest version of the held Lease that still names this holder, from the
 /// watch that brought the grant: a write of the operator's (the next-holder hint, issue 12) then
@@ -2043,6 +2080,22 @@ mod tests {
             "spec": {"holderIdentity": holder}
         }))
         .unwrap()
+    }
+
+    /// A Lease watch that ran a second or more starts again at once; one that ended sooner, or
+    /// could not start, waits 100 ms, then twice as long each time in a row, up to 30 s, and
+    /// never gives up; a watch that ran resets the delay.
+    #[test]
+    fn a_lease_watch_is_started_again_at_once_after_it_ran_and_backs_off_when_it_ends_at_once() {
+        assert_eq!(rewatch_delay(Duration::ZERO, true), Duration::ZERO);
+        let mut d = Duration::ZERO;
+        let mut seen = vec![];
+        for _ in 0..12 {
+            d = rewatch_delay(d, false);
+            seen.push(d.as_millis());
+        }
+        assert_eq!(seen, [100, 200, 400, 800, 1600, 3200, 6400, 12800, 25600, 30000, 30000, 30000]);
+        assert_eq!(rewatch_delay(d, true), Duration::ZERO, "a watch that ran resets the delay");
     }
 
     /// The renewal patch applies (RFC 6902, as the API server applies it) to a Lease that names
