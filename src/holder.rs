@@ -811,6 +811,24 @@ impl Holder {
         self.try_watch_lease(rv).await.ok()
     }
 
+    /// Starts the Lease watch of [`Holder::wait_for_grant`] from `rv`: the watch, or, when it
+    /// cannot start (but on 403, which ends the tries), no watch and the restart to try next,
+    /// after the next [`rewatch_delay`] (kept in `delay`), from the same `rv`.
+    async fn start_lease_watch(
+        &self,
+        rv: String,
+        delay: &mut Duration,
+    ) -> (Option<LeaseWatch>, Option<(tokio::time::Instant, String)>) {
+        match self.try_watch_lease(&rv).await {
+            Ok(s) => (Some(s), None),
+            Err(e) if is_forbidden(&e) => (None, None),
+            Err(_) => {
+                *delay = rewatch_delay(*delay, false);
+                (None, Some((tokio::time::Instant::now() + *delay, rv)))
+            }
+        }
+    }
+
     /// [`Holder::watch_lease`] with the reason it could not start.
     ///
     /// # Errors
@@ -913,18 +931,8 @@ impl Holder {
         // without list/watch on Leases, from before 2026-12-03); the last delay before such a
         // restart ([`rewatch_delay`]).
         let mut watched_since = tokio::time::Instant::now();
-        let mut rewatch: Option<(tokio::time::Instant, String)> = None;
         let mut rewatch_after = Duration::ZERO;
-        let mut lease_events = match self.try_watch_lease(&last_rv).await {
-            Ok(s) => Some(s),
-            Err(e) => {
-                if !is_forbidden(&e) {
-                    rewatch_after = rewatch_delay(rewatch_after, false);
-                    rewatch = Some((tokio::time::Instant::now() + rewatch_after, last_rv.clone()));
-                }
-                None
-            }
-        };
+        let (mut lease_events, mut rewatch) = self.start_lease_watch(last_rv.clone(), &mut rewatch_after).await;
         let mut hint = hint;
         if let Some(h) = hint.take_if(|_| lease_events.is_none()) {
             self.rearrive(claims, name, &h).await?;
@@ -965,17 +973,12 @@ impl Holder {
                 () = tokio::time::sleep_until(rewatch.as_ref().map_or_else(tokio::time::Instant::now, |r| r.0)), if rewatch.is_some() => {
                     let Some((_, rv)) = rewatch.take() else { continue };
                     watched_since = tokio::time::Instant::now();
-                    match self.try_watch_lease(&rv).await {
-                        Ok(s) => lease_events = Some(s),
-                        Err(e) if is_forbidden(&e) => {}
-                        Err(_) => {
-                            rewatch_after = rewatch_delay(rewatch_after, false);
-                            rewatch = Some((tokio::time::Instant::now() + rewatch_after, rv));
-                        }
-                    }
+                    (lease_events, rewatch) = self.start_lease_watch(rv, &mut rewatch_after).await;
                     continue;
                 }
                 ev = next_lease => {
+                    // Whether the watch, should this be its end, ran long enough to restart at once.
+                    let ran = watched_since.elapsed() >= Duration::from_secs(1);
                     let displaced_now = match ev {
                         Some(Ok(WatchEvent::Added(l) | WatchEvent::Modified(l))) => {
                             if let Some(grant) = grant_in(&l, &self.lock, &self.identity, uid) {
@@ -1019,34 +1022,26 @@ impl Holder {
                         // when the watch cannot start again at once.
                         Some(Ok(WatchEvent::Error(e))) => {
                             tracing::debug!(error = %e, "Lease watch ended with an error: watching it again");
-                            rewatch_after = rewatch_delay(rewatch_after, watched_since.elapsed() >= Duration::from_secs(1));
+                            rewatch_after = rewatch_delay(rewatch_after, ran);
                             rewatch = Some((tokio::time::Instant::now() + rewatch_after, "0".into()));
                             lease_events = None;
                             true
                         }
                         Some(Err(e)) => {
                             tracing::debug!(error = %e, "Lease watch failed: watching it again");
-                            rewatch_after = rewatch_delay(rewatch_after, watched_since.elapsed() >= Duration::from_secs(1));
+                            rewatch_after = rewatch_delay(rewatch_after, ran);
                             rewatch = Some((tokio::time::Instant::now() + rewatch_after, "0".into()));
                             lease_events = None;
                             true
                         }
                         None => {
                             tracing::debug!("Lease watch ended: watching it again from the last version");
-                            rewatch_after = rewatch_delay(rewatch_after, watched_since.elapsed() >= Duration::from_secs(1));
-                            lease_events = None;
+                            rewatch_after = rewatch_delay(rewatch_after, ran);
                             if rewatch_after.is_zero() {
                                 watched_since = tokio::time::Instant::now();
-                                match self.try_watch_lease(&last_rv).await {
-                                    Ok(s) => lease_events = Some(s),
-                                    Err(e) => {
-                                        rewatch_after = rewatch_delay(rewatch_after, false);
-                                        if !is_forbidden(&e) {
-                                            rewatch = Some((tokio::time::Instant::now() + rewatch_after, last_rv.clone()));
-                                        }
-                                    }
-                                }
+                                (lease_events, rewatch) = self.start_lease_watch(last_rv.clone(), &mut rewatch_after).await;
                             } else {
+                                lease_events = None;
                                 rewatch = Some((tokio::time::Instant::now() + rewatch_after, last_rv.clone()));
                             }
                             lease_events.is_none()
