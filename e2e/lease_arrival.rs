@@ -251,10 +251,10 @@ async fn held_then_operator_killed(name: &str) -> (TestNs, usize, leasehold::hol
     (ns, op, ga, a, b)
 }
 
-/// A waiter whose operator is slow names itself as the next-holder hint (`grant::waiter_hint`,
+/// A waiter whose operator is slow names itself as the next-holder hint (`grant::lease_arrival`,
 /// `docs/two-writes-per-grant.md`, "A waiter names itself as the hint"): with the operator
 /// stopped after a's grant, b's first request waits by its new claim, and after
-/// `WAITER_HINT_AFTER` b writes the hint itself (b's request, a's token + 1); a's release hands
+/// `WAITER_ARRIVES_AFTER` b writes the hint itself (b's request, a's token + 1); a's release hands
 /// the lock to b with no operator at all. Without the fallback b waits for ever (no operator
 /// writes the hint nor grants).
 #[tokio::test]
@@ -286,23 +286,57 @@ async fn a_waiter_names_itself_as_the_hint_when_no_operator_does_and_is_handed_t
     ns.cleanup().await;
 }
 
+/// A waiter whose operator is slow takes the free Lease itself (`grant::lease_arrival`,
+/// `docs/two-writes-per-grant.md`, "A waiter takes a free Lease"): with the operator stopped
+/// after a's grant, b's first request waits by its new claim and a releases at once, before b's
+/// `WAITER_ARRIVES_AFTER` has passed (so b names no hint). The Lease is free and nobody grants
+/// it; after its second b takes it with a's token + 1. Before the take (a hint on a held Lease
+/// only), b waited for ever here.
+#[tokio::test]
+async fn a_waiter_by_claim_takes_the_free_lease_when_no_operator_grants_it() {
+    let (mut ns, op, ga, a, b) = held_then_operator_killed("waiter-take").await;
+    let (claims, leases) = (ns.api::<DistributedLockClaim>(), ns.api::<Lease>());
+    let ticket = b.enqueue(OnBusy::Wait).await.expect("b enqueues");
+    let started = std::time::Instant::now();
+    assert_eq!(ticket.request(), Some(1), "b's first request arrives by its new claim");
+    let (uid, _, _) = claim_of(&claims, "b").await;
+    let me = request_uid(&uid, 1);
+    let token = ga.token() + 1;
+    let waiting = tokio::spawn(async move { ticket.wait(Some(WAIT)).await });
+    ga.release().await.expect("a releases");
+    assert!(started.elapsed() < leasehold::lock::grant::WAITER_ARRIVES_AFTER, "a released within b's first second");
+    let l = leases.get("l").await.unwrap();
+    assert_eq!(leasehold::lease::next(&l), None, "nobody is hinted: a's release freed the Lease");
+    let gb = waiting.await.unwrap().expect("b takes the free Lease itself");
+    assert!(started.elapsed() >= leasehold::lock::grant::WAITER_ARRIVES_AFTER, "b left the operator its second first");
+    assert_eq!(gb.token(), token, "b holds with a's token + 1");
+    assert_eq!(holder_uid(&leases.get("l").await.unwrap()), Some(me), "the Lease names b's request");
+    assert!(!ns.operator_alive(op), "no operator ran");
+    gb.release().await.expect("b releases");
+    a.close().await;
+    b.close().await;
+    ns.cleanup().await;
+}
+
 /// A waiter behind a holder that releases and takes the lock again and again, with no operator
 /// (killed after the first grant): a's release frees the Lease (no hint) and a's next acquire
-/// takes it (a new request, the next token) after holding 50 ms. b's own hint still comes, 1 s
-/// into its wait: takes leave the hint alone and do not restart `WAITER_HINT_AFTER`. Had they
-/// restarted it (a first version of the herd fix did), b would wait for ever behind a's takes.
-/// The test checks that a's takes came less than `WAITER_HINT_AFTER` apart, so that it cannot
-/// pass on a machine too slow to restart the delay.
+/// takes it (a new request, the next token) after holding 50 ms. b's own arrival by the Lease
+/// still comes, 1 s into its wait (a hint on a held version, or a take of a free one): takes
+/// leave the hint alone and do not restart `WAITER_ARRIVES_AFTER`. Had they restarted it (a
+/// first version of the herd fix did), b would wait for ever behind a's takes. The test checks
+/// that a's takes came less than `WAITER_ARRIVES_AFTER` apart, so that it cannot pass on a
+/// machine too slow to restart the delay.
 #[tokio::test]
-async fn a_waiter_behind_a_holder_that_takes_again_and_again_still_names_itself_as_the_hint() {
+async fn a_waiter_behind_a_holder_that_takes_again_and_again_still_arrives_by_the_lease() {
     let (ns, _, ga, a, b) = held_then_operator_killed("waiter-hint-takes").await;
     let (claims, leases) = (ns.api::<DistributedLockClaim>(), ns.api::<Lease>());
     let ticket = b.enqueue(OnBusy::Wait).await.expect("b enqueues");
     let (uid, _, _) = claim_of(&claims, "b").await;
     let me = request_uid(&uid, 1);
-    let waiting = tokio::spawn(async move { ticket.wait(Some(WAIT)).await });
+    let mut waiting = tokio::spawn(async move { ticket.wait(Some(WAIT)).await });
     let started = std::time::Instant::now();
     let (mut ga, mut took_at, deadline) = (ga, vec![started], started + Duration::from_secs(20));
+    let mut gb = None;
     loop {
         tokio::time::sleep(Duration::from_millis(50)).await;
         let token = ga.token();
@@ -312,19 +346,32 @@ async fn a_waiter_behind_a_holder_that_takes_again_and_again_still_names_itself_
         }
         assert!(
             std::time::Instant::now() < deadline,
-            "b never named itself as the hint in {} takes by a",
+            "b never arrived by the Lease in {} takes by a",
             took_at.len() - 1
         );
-        ga = a.acquire(Some(WAIT)).await.expect("a takes the free Lease again");
-        assert!(ga.token() > token, "a's take has the next token");
-        took_at.push(std::time::Instant::now());
+        // b may take the free Lease before a does: then a's acquire waits behind b, and b's
+        // wait is the one that ends.
+        tokio::select! {
+            r = &mut waiting => {
+                gb = Some(r.unwrap().expect("b takes the free Lease"));
+                break;
+            }
+            g = a.acquire(Some(WAIT)) => {
+                ga = g.expect("a takes the free Lease again");
+                assert!(ga.token() > token, "a's take has the next token");
+                took_at.push(std::time::Instant::now());
+            }
+        }
     }
-    let gb = waiting.await.unwrap().expect("b is handed the lock by a's release");
+    let gb = match gb {
+        Some(g) => g,
+        None => waiting.await.unwrap().expect("b is handed the lock by a's release"),
+    };
     let gaps: Vec<Duration> = took_at.windows(2).map(|w| w[1] - w[0]).collect();
     assert!(!gaps.is_empty(), "a took the Lease again while b waited");
     assert!(
         gaps.iter().all(|g| *g < Duration::from_millis(900)),
-        "a's takes came less than WAITER_HINT_AFTER apart (else they could not have restarted it): {gaps:?}"
+        "a's takes came less than WAITER_ARRIVES_AFTER apart (else they could not have restarted it): {gaps:?}"
     );
     gb.release().await.expect("b releases");
     a.close().await;
@@ -366,7 +413,7 @@ async fn a_cancelled_wait_withdraws_the_waiter_s_own_hint() {
 /// A herd of waiters on one lock (issue 12): 24 `acquire()` calls queue behind a holder, past
 /// their first second of waiting, and each, once granted, holds 100 ms and releases. The
 /// operator names the next holder at each handover, so no waiter's own hint
-/// (`grant::waiter_hint`) is needed: its `WAITER_HINT_AFTER` counts from the Lease's last change
+/// (`grant::lease_arrival`) is needed: its `WAITER_ARRIVES_AFTER` counts from the Lease's last change
 /// of the hint (each handover uses one), not only from the start of its wait. Counted from the start only,
 /// every waiter still queued wrote the hint on each handover, one landing and the rest refused
 /// (409): hundreds here, 60.5 per handover with 200 waiters (README "Performance").

@@ -56,8 +56,7 @@ use tokio::sync::watch;
 
 use crate::crd::{ClaimPhase, DistributedLock, DistributedLockClaim, DistributedLockClaimSpec, OnBusy};
 use crate::lock::grant::{
-    HolderKind, LeaseArrival, LeaseView, Next, WAITER_HINT_AFTER, lease_arrival, request_uid, split_request_uid,
-    waiter_hint,
+    HolderKind, LeaseArrival, LeaseView, Next, WAITER_ARRIVES_AFTER, lease_arrival, request_uid, split_request_uid,
 };
 use crate::lock::{
     HOLDER_KIND_ANNOTATION, HOLDER_UID_ANNOTATION, NEXT_HOLDER_ANNOTATION, NEXT_HOLDER_UID_ANNOTATION,
@@ -764,44 +763,55 @@ impl Holder {
         }
     }
 
-    /// Names request `uid` (a [`request_uid`]), waiting by its claim, as the next-holder hint of
-    /// `lease` (the lock's Lease as the wait's watch brought it) when [`waiter_hint`] allows it:
-    /// one compare-and-swap PUT at that version, after `sent` is set (the hint may land from
-    /// then on: [`Ticket::cancel`] withdraws it). Returns whether the wait is done with naming
-    /// itself: the write landed or may have (any failure but a conflict, a lost answer included),
-    /// or the holder role may not write Leases (403); `false` when no hint is allowed on this
-    /// version or the write met a conflict (409: it did not land, and a newer version comes).
-    async fn hint_itself(&self, mut lease: Lease, uid: &str, own: &OwnHint) -> bool {
-        let Some(next) = waiter_hint(&crate::lease::view(&lease), &self.identity, uid) else {
-            return false;
+    /// The arrival by the Lease of request `uid` (a [`request_uid`]) that waits by its claim,
+    /// when its operator is slow ([`WAITER_ARRIVES_AFTER`]): on `lease` (the lock's Lease as the
+    /// wait's watch brought it), the write [`lease_arrival`] allows, one compare-and-swap PUT at
+    /// that version: the next-holder hint on a Lease held by another claim (the holder's release
+    /// hands over to it), or the take of a free Lease (the grant). `sent` is set before the write
+    /// (it may land from then on: [`Ticket::cancel`] withdraws a hint and frees a take).
+    async fn arrive_itself(&self, mut lease: Lease, uid: &str, own: &OwnHint) -> OwnArrival {
+        let Some(arrival) = lease_arrival(&crate::lease::view(&lease), &self.identity, uid) else {
+            return OwnArrival::Again;
         };
-        crate::lease::put_next(&mut lease, Some(&next));
+        match &arrival {
+            LeaseArrival::Hint(next) => crate::lease::put_next(&mut lease, Some(next)),
+            LeaseArrival::Take(token) => take(&mut lease, &self.identity, uid, *token, Timestamp::now()),
+        }
         own.sent.store(true, Ordering::SeqCst);
         // The write runs in its own task, holding `in_flight` until it is answered: should the
         // wait be dropped meanwhile (`acquire`'s timeout), `Ticket::cancel` waits for it before
-        // it withdraws the hint, instead of reading a Lease the write has not reached yet.
+        // it withdraws the hint or frees the take, instead of reading a Lease the write has not
+        // reached yet.
         let in_flight = own.in_flight.clone().lock_owned().await;
         let leases: Api<Lease> = Api::namespaced(self.client.clone(), &self.namespace);
         let name = self.lock.clone();
+        // Taken before the write is sent: a take holds from then (its renew deadline counts
+        // from here, as a Lease arrival's does).
+        let sent = Instant::now();
         let write = tokio::spawn(async move {
             let _in_flight = in_flight;
             leases.replace(&name, &PostParams::default(), &lease).await
         });
         let Ok(written) = write.await else {
             // The task panicked or was cancelled (the runtime shuts down): it may have landed.
-            return true;
+            return OwnArrival::Done;
         };
         match written {
-            Ok(_) => {
-                tracing::trace!(lock = %self.lock, identity = %self.identity, token = next.token, "named itself as the hint");
-                true
+            Ok(written) => {
+                tracing::trace!(lock = %self.lock, identity = %self.identity, ?arrival, "a waiter by claim arrived by the Lease");
+                match arrival {
+                    LeaseArrival::Hint(_) => OwnArrival::Done,
+                    LeaseArrival::Take(_) => OwnArrival::Took(Box::new(written), sent),
+                }
             }
             Err(e) => {
-                tracing::debug!(lock = %self.lock, identity = %self.identity, error = %e, "naming itself as the hint failed");
+                tracing::debug!(lock = %self.lock, identity = %self.identity, ?arrival, error = %e, "a waiter's arrival by the Lease failed");
                 if is_forbidden(&e) {
                     lock_state(&self.standing).lease_refused = true;
                 }
-                !matches!(&e, kube::Error::Api(s) if s.code == 409)
+                // A conflict did not land, and a newer version comes; anything else may have
+                // landed (a take that did is then seen on the watch, and proved by a renewal).
+                if matches!(&e, kube::Error::Api(s) if s.code == 409) { OwnArrival::Again } else { OwnArrival::Done }
             }
         }
     }
@@ -870,12 +880,14 @@ impl Holder {
     /// safe; the model checker explores both orders (`tests/model.rs`, `ClaimLearns`,
     /// `ClaimGivesUp`, `Bug::RejectedClaimAsPod`).
     ///
-    /// A plain waiter of a standing claim (`hinted`: `Some`, the ticket's record of its own hint
-    /// write) that waits by its claim names itself as the next-holder hint, at most one write
-    /// landing, with a compare-and-swap on a Lease version its watch brought, when
-    /// [`WAITER_HINT_AFTER`] has passed (since the wait began or the Lease's hint last changed)
-    /// and [`waiter_hint`] allows it (the lock is held by another claim and nobody is hinted: the
-    /// operator's own hint is late). A conflict waits for the next Lease version.
+    /// A plain waiter of a standing claim (`hinted`: `Some`, the ticket's record of its own
+    /// writes) that waits by its claim arrives by the Lease itself ([`Holder::arrive_itself`]),
+    /// at most one write landing, with a compare-and-swap on a Lease version its watch brought,
+    /// when [`WAITER_ARRIVES_AFTER`] has passed (since the wait began or the Lease's hint last
+    /// changed) and [`lease_arrival`] allows it (the operator's own hint or grant is late): it
+    /// names itself as the next-holder hint of a Lease held by another claim, or takes a free
+    /// one. A conflict waits for the next Lease version. The third value returned is when such a
+    /// take was sent (the grant is held from then).
     async fn wait_for_grant(
         &self,
         claims: &Api<DistributedLockClaim>,
@@ -884,7 +896,7 @@ impl Holder {
         created_rv: &str,
         hint: Option<HintWait>,
         hinted: Option<&OwnHint>,
-    ) -> Result<(Granted, Option<LeaseWatch>), HolderError> {
+    ) -> Result<(Granted, Option<LeaseWatch>, Option<Instant>), HolderError> {
         use futures::future::ready;
         // The claim: one WATCH from the version its create returned (every change after the
         // create, no list). Should that watch fail or end (410 Gone, the server's timeout), the
@@ -937,20 +949,20 @@ impl Holder {
         if let Some(h) = hint.take_if(|_| lease_events.is_none()) {
             self.rearrive(claims, name, &h).await?;
         }
-        // When this request may name itself as the hint ([`waiter_hint`]): `WAITER_HINT_AFTER`
-        // after it started waiting by its claim or after the Lease's next-holder hint last changed
-        // (written, used by a handover or withdrawn), whichever is later; `None` once a hint write
-        // landed or may have (also in an earlier wait of the same ticket), or when it may not. The
-        // Lease version its watch brought last, not yet tried.
-        let may_hint = hinted.is_some_and(|h| !h.sent.load(Ordering::SeqCst))
+        // When this request may arrive by the Lease itself ([`Holder::arrive_itself`]):
+        // `WAITER_ARRIVES_AFTER` after it started waiting by its claim or after the Lease's
+        // next-holder hint last changed (written, used by a handover or withdrawn), whichever is
+        // later; `None` once such a write landed or may have (also in an earlier wait of the same
+        // ticket), or when it may not. The Lease version its watch brought last, not yet tried.
+        let may_arrive = hinted.is_some_and(|h| !h.sent.load(Ordering::SeqCst))
             && request.is_some()
             && !lock_state(&self.standing).lease_refused;
-        let mut self_hint = may_hint.then(|| tokio::time::Instant::now() + WAITER_HINT_AFTER);
+        let mut own_arrival = may_arrive.then(|| tokio::time::Instant::now() + WAITER_ARRIVES_AFTER);
         let mut last_lease: Option<Lease> = None;
         // The next-holder hint of the last Lease version seen.
         let mut last_next = None;
         loop {
-            let hint_due = self_hint.filter(|_| hint.is_none() && last_lease.is_some());
+            let arrival_due = own_arrival.filter(|_| hint.is_none() && last_lease.is_some());
             let next_lease = async {
                 match lease_events.as_mut() {
                     Some(s) => s.next().await,
@@ -962,11 +974,18 @@ impl Holder {
                     Some(ev) => ev,
                     None => return Err(HolderError::Rejected("claim watch ended".into())),
                 },
-                () = tokio::time::sleep_until(hint_due.unwrap_or_else(tokio::time::Instant::now)), if hint_due.is_some() => {
-                    if let (Some(l), Some(own)) = (last_lease.take(), hinted)
-                        && self.hint_itself(l, uid, own).await
-                    {
-                        self_hint = None;
+                () = tokio::time::sleep_until(arrival_due.unwrap_or_else(tokio::time::Instant::now)), if arrival_due.is_some() => {
+                    if let (Some(l), Some(own)) = (last_lease.take(), hinted) {
+                        match self.arrive_itself(l, uid, own).await {
+                            OwnArrival::Again => {}
+                            OwnArrival::Done => own_arrival = None,
+                            OwnArrival::Took(lease, sent) => {
+                                if let Some(grant) = grant_in(&lease, &self.lock, &self.identity, uid) {
+                                    return Ok((grant, lease_events, Some(sent)));
+                                }
+                                own_arrival = None;
+                            }
+                        }
                     }
                     continue;
                 }
@@ -982,19 +1001,19 @@ impl Holder {
                     let displaced_now = match ev {
                         Some(Ok(WatchEvent::Added(l) | WatchEvent::Modified(l))) => {
                             if let Some(grant) = grant_in(&l, &self.lock, &self.identity, uid) {
-                                return Ok((grant, lease_events));
+                                return Ok((grant, lease_events, None));
                             }
                             last_rv = l.resource_version().unwrap_or_default();
                             let view = crate::lease::view(&l);
                             let displaced_now = displaced(&view, uid);
                             // The hint was written or used (a handover): the operator has its
-                            // `WAITER_HINT_AFTER` again to name the next waiter. Without this,
+                            // `WAITER_ARRIVES_AFTER` again to name the next waiter. Without this,
                             // every waiter past its first second wrote the hint at each handover,
                             // one landing and the rest refused (a herd, README "Performance").
                             // Takes and renewals leave the hint alone: a waiter behind a holder
-                            // that releases and takes again (no operator hint) still hints.
+                            // that releases and takes again (no operator hint) still arrives.
                             if last_next.as_ref().is_some_and(|n| *n != view.next) {
-                                self_hint = self_hint.map(|_| tokio::time::Instant::now() + WAITER_HINT_AFTER);
+                                own_arrival = own_arrival.map(|_| tokio::time::Instant::now() + WAITER_ARRIVES_AFTER);
                             }
                             last_next = Some(view.next);
                             last_lease = Some(l);
@@ -1050,7 +1069,7 @@ impl Holder {
                     if let Some(h) = hint.take_if(|_| displaced_now) {
                         self.rearrive(claims, name, &h).await?;
                         // Waiting by its claim from now on: the operator's hint has its second.
-                        self_hint = self_hint.map(|_| tokio::time::Instant::now() + WAITER_HINT_AFTER);
+                        own_arrival = own_arrival.map(|_| tokio::time::Instant::now() + WAITER_ARRIVES_AFTER);
                     }
                     continue;
                 }
@@ -1095,7 +1114,7 @@ impl Holder {
                 let lease_name = status.lease_name.unwrap_or_else(|| self.lock.clone());
                 let lease = leases.get_opt(&lease_name).await.map_err(kube_err("get Lease"))?;
                 if let Some(grant) = lease.and_then(|l| grant_in(&l, &self.lock, &self.identity, uid)) {
-                    return Ok((grant, lease_events));
+                    return Ok((grant, lease_events, None));
                 }
                 tracing::debug!(lock = %self.lock, token, "the claim's status names a grant the Lease does not: waiting");
                 continue;
@@ -1179,8 +1198,20 @@ async fn follow_lease(mut events: LeaseWatch, known: KnownLease, identity: Strin
     }
 }
 
-/// What a [`Ticket`] knows of its own next-holder hint ([`waiter_hint`], written by
-/// [`Holder::hint_itself`]).
+/// What [`Holder::arrive_itself`] did.
+enum OwnArrival {
+    /// Nothing was written ([`lease_arrival`] allows no write on this version), or the write met
+    /// a conflict (409: it did not land): try again on the next version.
+    Again,
+    /// The hint landed, or a write may have landed (any failure but a conflict, a lost answer
+    /// included), or the holder role may not write Leases (403): no more such writes.
+    Done,
+    /// The take landed: the Lease as it returned it, and when the write was sent.
+    Took(Box<Lease>, Instant),
+}
+
+/// What a [`Ticket`] knows of its own arrival by the Lease while it waits by its claim (a hint
+/// or a take, written by [`Holder::arrive_itself`]).
 #[derive(Default)]
 struct OwnHint {
     /// A hint write was sent (it may have landed).
@@ -1207,10 +1238,10 @@ pub struct Ticket {
     /// How a standing claim's request arrived by the Lease; `None`: by the claim.
     arrived: Option<LeaseArrived>,
     /// A plain waiter ([`OnBusy::Wait`]) of a standing claim: while it waits by its claim, it
-    /// may name itself as the next-holder hint ([`waiter_hint`]).
+    /// may arrive by the Lease itself ([`Holder::arrive_itself`]).
     may_hint: bool,
-    /// Its own hint write, if a wait sent one: no wait sends another, and [`Ticket::cancel`]
-    /// withdraws it.
+    /// Its own Lease write (a hint or a take), if a wait sent one: no wait sends another once one
+    /// landed, and [`Ticket::cancel`] withdraws the hint or frees the take.
     hinted: OwnHint,
     lease_duration: Duration,
     timings: Resolved,
@@ -1286,7 +1317,7 @@ impl Ticket {
             hint,
             self.may_hint.then_some(&self.hinted),
         );
-        let ((token, slot, lease_name, known), lease_watch) = match timeout {
+        let ((token, slot, lease_name, known), lease_watch, took) = match timeout {
             Some(t) => tokio::time::timeout(t, wait)
                 .await
                 .unwrap_or_else(|_| Err(HolderError::WaitTimeout(t, self.holder.lock.clone())))?,
@@ -1296,7 +1327,9 @@ impl Ticket {
         let claim = (self.claim_name.clone(), grant_uid);
         let lease = (lease_name, known, lease_watch);
         let single = Single::Claim(self.standing.clone());
-        LockGuard::start(&self.holder, claim, (token, slot), lease, self.timings, self.queued, single).await
+        // A take of its own holds from that write; any other grant from the claim's request.
+        let queued = took.unwrap_or(self.queued);
+        LockGuard::start(&self.holder, claim, (token, slot), lease, self.timings, queued, single).await
     }
 
     /// Leaves the queue: if the claim was granted meanwhile, first frees the Lease (owner-verified
@@ -1326,8 +1359,8 @@ impl Ticket {
         if matches!(self.arrived, Some(LeaseArrived::Hint { .. })) || hinted_itself {
             // A hint naming a request nobody waits for would have the release hand the lock to
             // it (held by nobody until it expires): its arrival's, or one the wait wrote
-            // ([`waiter_hint`]). Withdrawn first, so a release between the two writes cannot hand
-            // the lock to it.
+            // ([`Holder::arrive_itself`]). Withdrawn first, so a release between the two writes
+            // cannot hand the lock to it. A take the wait wrote is freed below.
             clear_hint(&leases, &self.holder.lock, &grant_uid).await;
         }
         if let Err(e) = clear_holder(&leases, &lease_name, identity, &grant_uid, known, true, released).await {

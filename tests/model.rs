@@ -142,6 +142,7 @@ const SECOND_REQUEST: &str = "a standing claim's second request is granted (issu
 const LEASE_ARRIVAL: &str = "a request that arrived by the Lease is granted (issue 12)";
 const REARRIVAL: &str = "a waiter displaced from the Lease arrives again by its claim";
 const WAITER_HINT: &str = "a waiter that named itself as the next-holder hint is granted";
+const WAITER_TAKE: &str = "a waiter by claim took the free Lease itself";
 const POD_NAMES: [&str; 3] = ["pod-a", "pod-b", "pod-c"];
 const CLAIM_NAMES: [&str; 2] = ["claim-x", "claim-y"];
 
@@ -210,6 +211,11 @@ enum Bug {
     /// displaced Lease arrival drops its claim's entry for the request it released, which then
     /// looks like a waiter again and is granted a second time (I3).
     KeepByLeaseRequests,
+    /// A waiter by claim that arrives by the Lease itself ([`Action::ClaimWaiterArrives`]) takes
+    /// the Lease as if it were free whoever holds it now: its decision made on a free version
+    /// its watch brought, written without that version as precondition (a blind write, not a
+    /// compare-and-swap): two holders at once (I1).
+    WaiterTakesBlind,
 }
 
 /// A waiter's `leasehold.dev/on-busy` and `leasehold.dev/max-wait` (claims: `spec.onBusy`,
@@ -283,9 +289,13 @@ struct Config {
     /// A standing claim's process that waits (plain wait) may arrive by the Lease
     /// ([`Action::ClaimArrivesByLease`], `grant::lease_arrival`) instead of by its claim.
     lease_arrivals: bool,
-    /// A process whose request waits by its claim may name itself as the next-holder hint
-    /// ([`Action::ClaimWaiterHints`], `grant::waiter_hint`), once per request.
+    /// A process whose request waits by its claim may arrive by the Lease itself, naming itself
+    /// as the next-holder hint ([`Action::ClaimWaiterArrives`], `grant::lease_arrival`), once
+    /// per request.
     waiter_hints: bool,
+    /// With `waiter_hints`: that arrival may also take a free Lease (the code does both; the
+    /// runs with takes are smaller, as a take at any moment multiplies the states).
+    waiter_takes: bool,
     /// The lock's `status.tokenCeiling` at the start (the reservation made by its first
     /// reconcile: one block, 1000).
     initial_ceiling: i64,
@@ -329,6 +339,7 @@ impl Config {
         requests: 1,
         lease_arrivals: false,
         waiter_hints: false,
+        waiter_takes: false,
         initial_ceiling: 1000,
         recreated_lease: false,
         start_claim_held: false,
@@ -456,7 +467,7 @@ struct ClaimProc {
     /// released request again breaks I3. (A request it gave up on may still be named by a stale
     /// hint, as a one-shot claim deleted under it may: it holds unrenewed until it expires.)
     finished: u8,
-    /// How its current request arrived (what [`Action::ClaimWaiterHints`] may do).
+    /// How its current request arrived (what [`Action::ClaimWaiterArrives`] may do).
     arrived: Arrived,
 }
 
@@ -464,12 +475,12 @@ struct ClaimProc {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 enum Arrived {
     /// By its claim (`spec.request`), as the first request does: it may name itself as the
-    /// hint ([`Action::ClaimWaiterHints`]).
+    /// hint ([`Action::ClaimWaiterArrives`]).
     #[default]
     ByClaim,
     /// By the Lease ([`Action::ClaimArrivesByLease`]), not (yet) again by its claim.
     ByLease,
-    /// By its claim, and it has named itself as the hint once since.
+    /// By its claim, and it has arrived by the Lease itself once since (a hint, or a take).
     HintedItself,
 }
 
@@ -558,9 +569,12 @@ const REQUESTED_AGAIN: u16 = 512;
 const GRANTED_BY_LEASE_ARRIVAL: u16 = 1024;
 /// A process displaced from the Lease arrived again by its claim.
 const ARRIVED_AGAIN: u16 = 2048;
-/// A process that named itself as the next-holder hint ([`Action::ClaimWaiterHints`]) saw its
+/// A process that named itself as the next-holder hint ([`Action::ClaimWaiterArrives`]) saw its
 /// grant.
 const WAITER_HINT_GRANTED: u16 = 4096;
+/// A process whose request waited by its claim took the free Lease itself
+/// ([`Action::ClaimWaiterArrives`]).
+const WAITER_TOOK: u16 = 8192;
 const REJECTED_THEN_GRANTED: &str = "I3: a rejected waiter was granted";
 
 /// The annotations an operator's Lease write sets beside the holder: the next-holder hint,
@@ -632,12 +646,14 @@ enum Action {
     /// arrives again by its claim: one merge patch setting `spec.request` to that request and
     /// `spec.requestTime` to when it first arrived.
     ClaimReArrives(usize),
-    /// A process whose request waits by its claim (`spec.request` names it) names itself as the
-    /// next-holder hint, once per request (`grant::waiter_hint`, issue 12: the holder library's
-    /// fallback when the operator's own hint is slow to come): one compare-and-swap on the
-    /// lock's Lease, held by another claim with no hint, with the Lease's next token up to its
-    /// `leasehold.dev/token-ceiling`. Its claim stays as it is.
-    ClaimWaiterHints(usize),
+    /// A process whose request waits by its claim (`spec.request` names it) arrives by the Lease
+    /// itself, once per request (`grant::lease_arrival`, `grant::WAITER_ARRIVES_AFTER`, issue 12:
+    /// the holder library's fallback when the operator's own hint or grant is slow to come): one
+    /// compare-and-swap on the lock's Lease with no hint, with the Lease's next token up to its
+    /// `leasehold.dev/token-ceiling`, that names it as the next-holder hint (held by another
+    /// claim) or takes it (free: it holds from that write, as a Lease arrival's take does). Its
+    /// claim stays as it is.
+    ClaimWaiterArrives(usize),
     /// A third party deletes slot `n`'s Lease.
     LeaseDeleted(usize),
     /// A third party edits the Lease to name waiting pod `n` with a plausible token.
@@ -1087,11 +1103,11 @@ impl World {
             && self.api.claims[i].as_ref().is_some_and(|c| c.request < p.req())
     }
 
-    /// The hint claim `i`'s process may write for itself ([`Action::ClaimWaiterHints`]): a
-    /// plain waiter (no skip, no max-wait) of a standing claim, waiting (not paused) with a
-    /// request that arrived by its claim and has not named itself yet, on the lock's Lease as the
-    /// API server has it (`grant::waiter_hint`).
-    fn waiter_hint(&self, i: usize, cfg: &Config) -> Option<Next> {
+    /// The Lease write claim `i`'s process may make for itself ([`Action::ClaimWaiterArrives`]):
+    /// a plain waiter (no skip, no max-wait) of a standing claim, waiting (not paused) with a
+    /// request that arrived by its claim and has not arrived by the Lease itself yet, on the
+    /// lock's Lease as the API server has it (`grant::lease_arrival`: a hint, or a take).
+    fn waiter_arrival(&self, i: usize, cfg: &Config) -> Option<grant::LeaseArrival> {
         let (policy, p) = (cfg.claim_policy[i], &self.procs[i]);
         let plain = !policy.skip && policy.max_wait.is_none();
         if !self.standing || !plain || p.done || p.paused || p.holding.is_some() || p.arrived != Arrived::ByClaim {
@@ -1101,7 +1117,12 @@ impl World {
         if cfg.bug == Some(Bug::ArrivalAboveCeiling) {
             view.ceiling = view.ceiling.map(|_| i64::MAX);
         }
-        grant::waiter_hint(&view, CLAIM_NAMES[i], &self.proc_uid(i))
+        if cfg.bug == Some(Bug::WaiterTakesBlind) {
+            // The free version it decided on is gone; the write lands anyway.
+            view.holder = None;
+        }
+        grant::lease_arrival(&view, CLAIM_NAMES[i], &self.proc_uid(i))
+            .filter(|a| cfg.waiter_takes || matches!(a, grant::LeaseArrival::Hint(_)))
     }
 
     /// Claim `i`'s candidate UID for the request its process works on.
@@ -1652,8 +1673,8 @@ impl Model for LockModel {
             if w.re_arrival_due(i, &self.cfg) {
                 out.push(Action::ClaimReArrives(i));
             }
-            if self.cfg.waiter_hints && w.waiter_hint(i, &self.cfg).is_some() {
-                out.push(Action::ClaimWaiterHints(i));
+            if self.cfg.waiter_hints && w.waiter_arrival(i, &self.cfg).is_some() {
+                out.push(Action::ClaimWaiterArrives(i));
             }
             if proc_.holding.is_some() && !proc_.paused {
                 out.push(Action::ClaimRenews(i));
@@ -1792,12 +1813,26 @@ impl Model for LockModel {
                 w.procs[i].arrived = Arrived::ByClaim;
                 w.events |= ARRIVED_AGAIN;
             }
-            Action::ClaimWaiterHints(i) => {
-                let next = w.waiter_hint(i, &self.cfg)?;
-                let rv = w.rv();
+            Action::ClaimWaiterArrives(i) => {
+                let arrival = w.waiter_arrival(i, &self.cfg)?;
+                let (rv, now, me) = (w.rv(), w.now, w.proc_uid(i));
                 w.procs[i].arrived = Arrived::HintedItself;
                 let lease = w.api.leases[0].as_mut()?;
-                (lease.next, lease.rv) = (Some((next.identity, next.uid, next.token)), rv);
+                lease.rv = rv;
+                match arrival {
+                    grant::LeaseArrival::Hint(next) => lease.next = Some((next.identity, next.uid, next.token)),
+                    grant::LeaseArrival::Take(token) => {
+                        (lease.holder, lease.token, lease.renew) =
+                            (Some((CLAIM_NAMES[i].to_string(), me, HolderKind::Claim)), token, Some(rv));
+                        let owner = lease.owner;
+                        // It wrote its own grant: it holds at once, from the write
+                        // (`holder::Holder::arrive_itself`, `Ticket::wait`).
+                        let p = &mut w.procs[i];
+                        (p.holding, p.last_renew, p.done, p.handed) = (Some(token), now, true, Some(token));
+                        w.hand(owner, 0, token);
+                        w.events |= WAITER_TOOK;
+                    }
+                }
             }
             Action::ClaimLearns(i, from) => {
                 // `holder::Holder::wait_for_grant`: a Lease of the lock whose holderIdentity and
@@ -1985,6 +2020,7 @@ impl Model for LockModel {
             Property::sometimes(LEASE_ARRIVAL, |_, w: &World| w.events & GRANTED_BY_LEASE_ARRIVAL != 0),
             Property::sometimes(REARRIVAL, |_, w: &World| w.events & ARRIVED_AGAIN != 0),
             Property::sometimes(WAITER_HINT, |_, w: &World| w.events & WAITER_HINT_GRANTED != 0),
+            Property::sometimes(WAITER_TAKE, |_, w: &World| w.events & WAITER_TOOK != 0),
             Property::sometimes(TWO_AT_ONCE, |_, w: &World| w.running().iter().filter(|r| !r.1).count() >= 2),
         ]
     }
@@ -2309,6 +2345,21 @@ fn standing_claim_waiters_name_themselves_as_the_hint_with_two_operators() {
     assert_safe("waiter-hint-2ops", cfg, WAITER_HINT_2OPS_DEPTH, &[WAITER_HINT, SECOND_REQUEST]);
 }
 
+/// [`waiter_hints`] where the waiter's own arrival may also take a free Lease (issue 12,
+/// `docs/two-writes-per-grant.md`, "A waiter takes a free Lease": what the holder library does).
+#[test]
+fn standing_claim_waiters_take_a_free_lease_or_name_themselves_as_the_hint() {
+    let cfg = Config { waiter_takes: true, ..waiter_hints() };
+    assert_safe("waiter-take", cfg, WAITER_TAKE_DEPTH, &[WAITER_TAKE, WAITER_HINT, SECOND_REQUEST, LEASE_ARRIVAL]);
+}
+
+/// The same with two operators whose caches lag and no restart.
+#[test]
+fn standing_claim_waiters_take_a_free_lease_with_two_operators() {
+    let cfg = Config { operators: 2, max_time: 2, restarts: 0, waiter_takes: true, ..waiter_hints() };
+    assert_safe("waiter-take-2ops", cfg, WAITER_TAKE_2OPS_DEPTH, &[WAITER_TAKE, WAITER_HINT, SECOND_REQUEST]);
+}
+
 /// A waiter's own hint displaced by an older waiter (a pod the operator's cache had not seen):
 /// it still waits by its claim and is answered.
 #[test]
@@ -2332,8 +2383,25 @@ fn a_planted_bug_waiter_hint_above_the_ceiling_is_caught() {
     planted_violates(Bug::ArrivalAboveCeiling, cfg, 8, I2);
 }
 
+/// A waiter's own take written without its version as precondition, over a holder (I1).
+#[test]
+fn a_planted_bug_waiter_take_without_precondition_is_caught() {
+    let cfg = Config {
+        claims: 2,
+        requests: 2,
+        restarts: 0,
+        faults: 0,
+        waiter_hints: true,
+        waiter_takes: true,
+        ..Config::BASE
+    };
+    planted_violates(Bug::WaiterTakesBlind, cfg, 8, I1);
+}
+
 const WAITER_HINT_DEPTH: usize = 12;
 const WAITER_HINT_2OPS_DEPTH: usize = 10;
+const WAITER_TAKE_DEPTH: usize = 10;
+const WAITER_TAKE_2OPS_DEPTH: usize = 9;
 const LEASE_ARRIVAL_RECREATE_DEPTH: usize = 11;
 const LEASE_ARRIVAL_SEMAPHORE_DEPTH: usize = 11;
 const LEASE_ARRIVAL_DEPTH: usize = 12;

@@ -305,39 +305,30 @@ pub fn lease_arrival(lease: &LeaseView, identity: &str, uid: &str) -> Option<Lea
     }
 }
 
-/// Whether standing claim request `uid` (a [`request_uid`]) of identity `identity`, which already
-/// waits by its claim (`spec.request` names it), may name itself as the next-holder hint on
-/// `lease`: the hint [`lease_arrival`] would write ([`LeaseArrival::Hint`]), never a take. `None`
-/// whenever [`lease_arrival`] allows no hint: a free Lease (the operator grants it, by a
-/// compare-and-swap of its own), an untrusted Lease, a hint already there, a Lease held by a pod,
-/// by [`RECOVERY_HOLDER`] or by this request, no ceiling or a next token above it.
+/// How long a standing claim's request waits by its claim before its process may arrive by the
+/// Lease itself after all ([`lease_arrival`], issue 12, `docs/two-writes-per-grant.md`, "A
+/// waiter names itself as the hint" and "A waiter takes a free Lease"): name itself as the
+/// next-holder hint on a Lease held by another claim, or take a free one. 1 second, counted from
+/// the start of the wait (`Ticket::wait`), from its arrival by the claim after a displaced Lease
+/// arrival, or from the last Lease version whose next-holder hint changed (written, used by a
+/// handover, withdrawn; renewals and takes leave it alone), whichever is latest; well above the
+/// operator's reaction time on a healthy API server (milliseconds), so the operator's FIFO hint
+/// or grant comes first there.
 ///
-/// A fallback for a waiter whose operator is slow (issue 12, `docs/two-writes-per-grant.md`,
-/// "A waiter names itself as the hint"): under a saturated API server the operator's grant or
-/// hint loses the compare-and-swap race to the other process's next arrival again and again,
-/// while the waiter's own Lease watch shows every free moment first. The holder library calls it
-/// only after [`WAITER_HINT_AFTER`] and lands at most one such hint per request, so the operator's own hint
-/// (FIFO, older waiters first) normally comes first and is not fought over. Safe for the same
-/// reasons as [`lease_arrival`]; model-checked: `tests/model.rs`, `Action::ClaimWaiterHints`.
-pub fn waiter_hint(lease: &LeaseView, identity: &str, uid: &str) -> Option<Next> {
-    match lease_arrival(lease, identity, uid)? {
-        LeaseArrival::Hint(next) => Some(next),
-        LeaseArrival::Take(_) => None,
-    }
-}
-
-/// How long a standing claim's request waits by its claim before its process may name itself as
-/// the next-holder hint ([`waiter_hint`]): 1 second, counted from the start of the wait
-/// (`Ticket::wait`), from its arrival by the claim after a displaced Lease arrival, or from the
-/// last Lease version whose next-holder hint changed (written, used by a handover, withdrawn;
-/// renewals and takes leave it alone), whichever is latest; well above the operator's reaction
-/// time on a healthy API server (milliseconds), so the operator's FIFO hint comes first there.
-/// Counting from the last change matters when many wait: counted from the start of the wait
-/// only, every waiter past its first second wrote the hint at each handover (200 waiters: 60.5
-/// refused Lease PUTs per handover, README "Performance"). Takes must not restart it: a waiter
-/// behind a holder that releases a free Lease and takes it again, over and over, with a slow
-/// operator, would never hint (the starvation the hint was built against).
-pub const WAITER_HINT_AFTER: Duration = Duration::from_secs(1);
+/// A fallback for a waiter whose operator is slow: under a saturated API server the operator's
+/// grant or hint loses the compare-and-swap race to the other process's next arrival again and
+/// again, while the waiter's own Lease watch shows every new version first. Both writes are
+/// exactly a Lease arrival's, so they are safe for the same reasons (model-checked:
+/// `tests/model.rs`, `Action::ClaimWaiterArrives`). The take matters for a holder that releases
+/// and arrives again at once (no hold): its release lands before the waiter's hint on the held
+/// version can (measured: 0 of 5 such hints landed in 40 s), and only a free version is left
+/// to the waiter, where the holder needs a read and a write to take again and the waiter one
+/// write. Counting from the last hint change matters when many wait: counted from the start of
+/// the wait only, every waiter past its first second wrote the hint at each handover (200
+/// waiters: 60.5 refused Lease PUTs per handover, README "Performance"). Takes must not restart
+/// it: a waiter behind a holder that releases a free Lease and takes it again, over and over,
+/// with a slow operator, would never arrive (the starvation this fallback is built against).
+pub const WAITER_ARRIVES_AFTER: Duration = Duration::from_secs(1);
 
 /// How many entries of `leasehold.dev/released` ([`LeaseView::released`]) a Lease write keeps
 /// for claims that the writer does not see at all (deleted claims, or, in a lagging cache, not

@@ -727,22 +727,6 @@ fn a_waiter_arrives_by_the_lease_as_hint_or_taker_only_below_the_ceiling() {
     assert_eq!(lease_arrival(&claim_held(), "x", &request_uid("x", 1)), None);
 }
 
-#[test]
-fn a_waiter_names_itself_as_the_hint_only_where_an_arrival_may_and_never_takes() {
-    let me = request_uid("y", 2);
-    let hint = Next { identity: "y".into(), uid: me.clone(), token: 5 };
-    assert_eq!(waiter_hint(&claim_held(), "y", &me), Some(hint));
-    // A free Lease is the operator's to grant, in queue order: no take.
-    let free = LeaseView { holder: None, floor: 6, ..claim_held() };
-    assert_eq!(lease_arrival(&free, "y", &me), Some(LeaseArrival::Take(7)));
-    assert_eq!(waiter_hint(&free, "y", &me), None);
-    // Nor where an arrival may not write: a hint is there, or the token is above the ceiling.
-    let taken = LeaseView { next: Some(Next { identity: "z".into(), uid: "z/1".into(), token: 5 }), ..claim_held() };
-    assert_eq!(waiter_hint(&taken, "y", &me), None);
-    assert_eq!(waiter_hint(&LeaseView { ceiling: Some(4), ..claim_held() }, "y", &me), None);
-    assert_eq!(waiter_hint(&LeaseView { ceiling: Some(10), ..lease(Some("pod"), 4) }, "y", &me), None);
-}
-
 /// Found by the chaos run of 2026-12-06: a holder granted (ungated) but not scheduled yet, or a
 /// multi-lock pod's tentative grant (gated, its token recorded), is adopted by the recreated
 /// Lease; a token taken back from a multi-lock pod is not.
