@@ -56,7 +56,8 @@ use tokio::sync::watch;
 
 use crate::crd::{ClaimPhase, DistributedLock, DistributedLockClaim, DistributedLockClaimSpec, OnBusy};
 use crate::lock::grant::{
-    HolderKind, LeaseArrival, LeaseView, Next, WAITER_ARRIVES_AFTER, lease_arrival, request_uid, split_request_uid,
+    HolderKind, LeaseArrival, LeaseView, Next, WAITER_ARRIVES_AFTER, WAITER_TAKE_GRACE, lease_arrival, request_uid,
+    split_request_uid,
 };
 use crate::lock::{
     HOLDER_KIND_ANNOTATION, HOLDER_UID_ANNOTATION, NEXT_HOLDER_ANNOTATION, NEXT_HOLDER_UID_ANNOTATION,
@@ -809,9 +810,15 @@ impl Holder {
                 if is_forbidden(&e) {
                     lock_state(&self.standing).lease_refused = true;
                 }
-                // A conflict did not land, and a newer version comes; anything else may have
-                // landed (a take that did is then seen on the watch, and proved by a renewal).
-                if matches!(&e, kube::Error::Api(s) if s.code == 409) { OwnArrival::Again } else { OwnArrival::Done }
+                // A conflict did not land (nothing for a cancel to withdraw, and a later wait of
+                // the ticket may try again), and a newer version comes; anything else may have
+                // landed (a take that did is then seen on the watch).
+                if matches!(&e, kube::Error::Api(s) if s.code == 409) {
+                    own.sent.store(false, Ordering::SeqCst);
+                    OwnArrival::Again
+                } else {
+                    OwnArrival::Done
+                }
             }
         }
     }
@@ -886,7 +893,7 @@ impl Holder {
     /// when [`WAITER_ARRIVES_AFTER`] has passed (since the wait began or the Lease's hint last
     /// changed) and [`lease_arrival`] allows it (the operator's own hint or grant is late): it
     /// names itself as the next-holder hint of a Lease held by another claim, or takes a free
-    /// one. A conflict waits for the next Lease version. The third value returned is when such a
+    /// one that has stayed the latest version for [`WAITER_TAKE_GRACE`]. A conflict waits for the next Lease version. The third value returned is when such a
     /// take was sent (the grant is held from then).
     async fn wait_for_grant(
         &self,
@@ -952,17 +959,22 @@ impl Holder {
         // When this request may arrive by the Lease itself ([`Holder::arrive_itself`]):
         // `WAITER_ARRIVES_AFTER` after it started waiting by its claim or after the Lease's
         // next-holder hint last changed (written, used by a handover or withdrawn), whichever is
-        // later; `None` once such a write landed or may have (also in an earlier wait of the same
+        // later, and for a take of a free version `WAITER_TAKE_GRACE` after that version came;
+        // `None` once such a write landed or may have (also in an earlier wait of the same
         // ticket), or when it may not. The Lease version its watch brought last, not yet tried.
         let may_arrive = hinted.is_some_and(|h| !h.sent.load(Ordering::SeqCst))
             && request.is_some()
             && !lock_state(&self.standing).lease_refused;
         let mut own_arrival = may_arrive.then(|| tokio::time::Instant::now() + WAITER_ARRIVES_AFTER);
         let mut last_lease: Option<Lease> = None;
-        // The next-holder hint of the last Lease version seen.
+        // The next-holder hint of the last Lease version seen; when that version came, if it was
+        // free (a take waits `WAITER_TAKE_GRACE` from then).
         let mut last_next = None;
+        let mut free_since: Option<tokio::time::Instant> = None;
         loop {
-            let arrival_due = own_arrival.filter(|_| hint.is_none() && last_lease.is_some());
+            let arrival_due = own_arrival
+                .filter(|_| hint.is_none() && last_lease.is_some())
+                .map(|t| free_since.map_or(t, |f| t.max(f + WAITER_TAKE_GRACE)));
             let next_lease = async {
                 match lease_events.as_mut() {
                     Some(s) => s.next().await,
@@ -1015,6 +1027,7 @@ impl Holder {
                             if last_next.as_ref().is_some_and(|n| *n != view.next) {
                                 own_arrival = own_arrival.map(|_| tokio::time::Instant::now() + WAITER_ARRIVES_AFTER);
                             }
+                            free_since = view.holder.is_none().then(tokio::time::Instant::now);
                             last_next = Some(view.next);
                             last_lease = Some(l);
                             displaced_now

@@ -317,9 +317,10 @@ pub fn lease_arrival(lease: &LeaseView, identity: &str, uid: &str) -> Option<Lea
 ///
 /// A fallback for a waiter whose operator is slow: under a saturated API server the operator's
 /// grant or hint loses the compare-and-swap race to the other process's next arrival again and
-/// again, while the waiter's own Lease watch shows every new version first. Both writes are
-/// exactly a Lease arrival's, so they are safe for the same reasons (model-checked:
-/// `tests/model.rs`, `Action::ClaimWaiterArrives`). The take matters for a holder that releases
+/// again, while the waiter's own Lease watch shows every new version first. Both writes are a
+/// Lease arrival's (the same checks, a compare-and-swap), but of a request the operator may be
+/// granting at that moment, a race of its own; model-checked: `tests/model.rs`,
+/// `Action::ClaimWaiterArrives`, runs "waiter-take" and "waiter-take-2ops". The take matters for a holder that releases
 /// and arrives again at once (no hold): its release lands before the waiter's hint on the held
 /// version can (measured: 0 of 5 such hints landed in 40 s), and only a free version is left
 /// to the waiter, where the holder needs a read and a write to take again and the waiter one
@@ -329,6 +330,16 @@ pub fn lease_arrival(lease: &LeaseView, identity: &str, uid: &str) -> Option<Lea
 /// it: a waiter behind a holder that releases a free Lease and takes it again, over and over,
 /// with a slow operator, would never arrive (the starvation this fallback is built against).
 pub const WAITER_ARRIVES_AFTER: Duration = Duration::from_secs(1);
+
+/// How long a free Lease version must have been the latest one a waiter by claim saw before
+/// the waiter takes it ([`WAITER_ARRIVES_AFTER`]): 250 ms. On a healthy API server the operator
+/// grants a free Lease to the head of the queue within milliseconds, a pod or a waiter with a
+/// busy policy included (for those it writes no next-holder hint, so the waiter's delay is not
+/// restarted by one); taking at once, the waiter would win that race and overtake them. Under a
+/// saturated API server, where the take is needed, a process that released and arrives again
+/// needs a read and a write of seconds each to take the Lease back, so the grace costs the
+/// waiter nothing there.
+pub const WAITER_TAKE_GRACE: Duration = Duration::from_millis(250);
 
 /// How many entries of `leasehold.dev/released` ([`LeaseView::released`]) a Lease write keeps
 /// for claims that the writer does not see at all (deleted claims, or, in a lagging cache, not
