@@ -1125,6 +1125,32 @@ impl World {
             .filter(|a| cfg.waiter_takes || matches!(a, grant::LeaseArrival::Hint(_)))
     }
 
+    /// Claim `i`'s process writes `arrival` into the lock's Lease itself, one compare-and-swap on
+    /// the current version (a Lease arrival's, [`Action::ClaimArrivesByLease`], or a waiter's
+    /// own, [`Action::ClaimWaiterArrives`]): the next-holder hint, or the take, which is its grant:
+    /// it holds at once, from the write (`holder::Holder::arrive_by_lease`,
+    /// `holder::Holder::arrive_itself`). Whether it took the Lease; `None` without a Lease.
+    fn write_arrival(&mut self, i: usize, arrival: grant::LeaseArrival) -> Option<bool> {
+        let (rv, now, me) = (self.rv(), self.now, self.proc_uid(i));
+        let lease = self.api.leases[0].as_mut()?;
+        lease.rv = rv;
+        match arrival {
+            grant::LeaseArrival::Hint(n) => {
+                lease.next = Some((n.identity, n.uid, n.token));
+                Some(false)
+            }
+            grant::LeaseArrival::Take(token) => {
+                (lease.holder, lease.token, lease.renew) =
+                    (Some((CLAIM_NAMES[i].to_string(), me, HolderKind::Claim)), token, Some(rv));
+                let owner = lease.owner;
+                let p = &mut self.procs[i];
+                (p.holding, p.last_renew, p.done, p.handed) = (Some(token), now, true, Some(token));
+                self.hand(owner, 0, token);
+                Some(true)
+            }
+        }
+    }
+
     /// Claim `i`'s candidate UID for the request its process works on.
     fn proc_uid(&self, i: usize) -> String {
         claim_uid(&format!("{}-0", CLAIM_NAMES[i]), self.procs[i].req(), self.standing)
@@ -1784,25 +1810,12 @@ impl Model for LockModel {
             }
             Action::ClaimArrivesByLease(i) => {
                 let arrival = w.lease_arrival(i, &self.cfg)?;
-                let (rv, now, next) = (w.rv(), w.now, w.procs[i].req() + 1);
+                let (now, next) = (w.now, w.procs[i].req() + 1);
                 let p = &mut w.procs[i];
                 (p.request, p.done, p.handed, p.slot, p.queued_at) = (next, false, None, 0, now);
                 p.arrived = Arrived::ByLease;
-                let me = w.proc_uid(i);
-                let lease = w.api.leases[0].as_mut()?;
-                lease.rv = rv;
-                match arrival {
-                    grant::LeaseArrival::Hint(n) => lease.next = Some((n.identity, n.uid, n.token)),
-                    grant::LeaseArrival::Take(token) => {
-                        (lease.holder, lease.token, lease.renew) =
-                            (Some((CLAIM_NAMES[i].to_string(), me, HolderKind::Claim)), token, Some(rv));
-                        let owner = lease.owner;
-                        // It wrote its own grant: it holds at once, from the write.
-                        let p = &mut w.procs[i];
-                        (p.holding, p.last_renew, p.done, p.handed) = (Some(token), now, true, Some(token));
-                        w.hand(owner, 0, token);
-                        w.events |= GRANTED_BY_LEASE_ARRIVAL;
-                    }
+                if w.write_arrival(i, arrival)? {
+                    w.events |= GRANTED_BY_LEASE_ARRIVAL;
                 }
             }
             Action::ClaimReArrives(i) => {
@@ -1815,23 +1828,9 @@ impl Model for LockModel {
             }
             Action::ClaimWaiterArrives(i) => {
                 let arrival = w.waiter_arrival(i, &self.cfg)?;
-                let (rv, now, me) = (w.rv(), w.now, w.proc_uid(i));
                 w.procs[i].arrived = Arrived::HintedItself;
-                let lease = w.api.leases[0].as_mut()?;
-                lease.rv = rv;
-                match arrival {
-                    grant::LeaseArrival::Hint(next) => lease.next = Some((next.identity, next.uid, next.token)),
-                    grant::LeaseArrival::Take(token) => {
-                        (lease.holder, lease.token, lease.renew) =
-                            (Some((CLAIM_NAMES[i].to_string(), me, HolderKind::Claim)), token, Some(rv));
-                        let owner = lease.owner;
-                        // It wrote its own grant: it holds at once, from the write
-                        // (`holder::Holder::arrive_itself`, `Ticket::wait`).
-                        let p = &mut w.procs[i];
-                        (p.holding, p.last_renew, p.done, p.handed) = (Some(token), now, true, Some(token));
-                        w.hand(owner, 0, token);
-                        w.events |= WAITER_TOOK;
-                    }
+                if w.write_arrival(i, arrival)? {
+                    w.events |= WAITER_TOOK;
                 }
             }
             Action::ClaimLearns(i, from) => {
