@@ -2367,34 +2367,21 @@ fn a_waiter_s_own_hint_displaced_by_an_older_waiter() {
     assert_safe("waiter-hint-displaced", cfg, DISPLACED_DEPTH, &[WAITER_HINT]);
 }
 
+/// Two standing claims whose waiters may name themselves as the hint, no fault, no restart: the
+/// ground for the planted bugs of the waiter's own arrival.
+const WAITERS_PLANTED: Config =
+    Config { claims: 2, requests: 2, restarts: 0, faults: 0, waiter_hints: true, ..Config::BASE };
+
 /// A waiter's own hint with a token above `leasehold.dev/token-ceiling` (I2).
 #[test]
 fn a_planted_bug_waiter_hint_above_the_ceiling_is_caught() {
-    let cfg = Config {
-        claims: 2,
-        requests: 2,
-        restarts: 0,
-        faults: 0,
-        waiter_hints: true,
-        initial_ceiling: 1,
-        ..Config::BASE
-    };
-    planted_violates(Bug::ArrivalAboveCeiling, cfg, 8, I2);
+    planted_violates(Bug::ArrivalAboveCeiling, Config { initial_ceiling: 1, ..WAITERS_PLANTED }, 8, I2);
 }
 
 /// A waiter's own take written without its version as precondition, over a holder (I1).
 #[test]
 fn a_planted_bug_waiter_take_without_precondition_is_caught() {
-    let cfg = Config {
-        claims: 2,
-        requests: 2,
-        restarts: 0,
-        faults: 0,
-        waiter_hints: true,
-        waiter_takes: true,
-        ..Config::BASE
-    };
-    planted_violates(Bug::WaiterTakesBlind, cfg, 8, I1);
+    planted_violates(Bug::WaiterTakesBlind, Config { waiter_takes: true, ..WAITERS_PLANTED }, 8, I1);
 }
 
 const WAITER_HINT_DEPTH: usize = 12;
