@@ -695,10 +695,7 @@ impl Holder {
             return Err(None);
         };
         let time = Timestamp::now();
-        match &arrival {
-            LeaseArrival::Hint(next) => crate::lease::put_next(&mut lease, Some(next)),
-            LeaseArrival::Take(token) => take(&mut lease, &self.identity, &uid, *token, time),
-        }
+        arrive(&mut lease, &arrival, &self.identity, &uid, time);
         // Taken before the write is sent: nothing can grant the request (nor start an expiry
         // clock for it) before the write lands.
         let queued = Instant::now();
@@ -774,10 +771,7 @@ impl Holder {
         let Some(arrival) = lease_arrival(&crate::lease::view(&lease), &self.identity, uid) else {
             return OwnArrival::Again;
         };
-        match &arrival {
-            LeaseArrival::Hint(next) => crate::lease::put_next(&mut lease, Some(next)),
-            LeaseArrival::Take(token) => take(&mut lease, &self.identity, uid, *token, Timestamp::now()),
-        }
+        arrive(&mut lease, &arrival, &self.identity, uid, Timestamp::now());
         own.sent.store(true, Ordering::SeqCst);
         // The write runs in its own task, holding `in_flight` until it is answered: should the
         // wait be dropped meanwhile (`acquire`'s timeout), `Ticket::cancel` waits for it before
@@ -1171,13 +1165,21 @@ struct HintWait {
     rv: String,
 }
 
-/// A standing claim's arrival on a free Lease ([`LeaseArrival::Take`]), in memory: `identity`
-/// holds it under request UID `uid` with `token` (`acquireTime` and `renewTime` `now`,
-/// `leaseTransitions` + 1), as a release's handover to a hint writes it ([`hand_over`]);
-/// everything else (duration, floor, ceiling, the released list) stays.
-fn take(lease: &mut Lease, identity: &str, uid: &str, token: i64, now: Timestamp) {
-    crate::lease::put_next(lease, Some(&Next { identity: identity.into(), uid: uid.into(), token }));
-    hand_over(lease, now);
+/// A standing claim's arrival by the Lease (`arrival`, from [`lease_arrival`]: a new request's,
+/// or a waiter's own), in memory. [`LeaseArrival::Hint`]: the next-holder hint is set.
+/// [`LeaseArrival::Take`] of a free Lease: `identity` holds it under request UID `uid` with the
+/// token (`acquireTime` and `renewTime` `now`, `leaseTransitions` + 1), as a release's handover
+/// to a hint writes it ([`hand_over`]). Everything else (duration, floor, ceiling, the released
+/// list) stays.
+fn arrive(lease: &mut Lease, arrival: &LeaseArrival, identity: &str, uid: &str, now: Timestamp) {
+    match arrival {
+        LeaseArrival::Hint(next) => crate::lease::put_next(lease, Some(next)),
+        LeaseArrival::Take(token) => {
+            let token = *token;
+            crate::lease::put_next(lease, Some(&Next { identity: identity.into(), uid: uid.into(), token }));
+            hand_over(lease, now);
+        }
+    }
 }
 
 /// A grant as the wait found it: (fencing token, slot, Lease name, the Lease or its version).
@@ -2294,7 +2296,7 @@ mod tests {
             panic!("a free Lease with a ceiling is taken")
         };
         assert_eq!(token, 8);
-        take(&mut l, "me", &me, token, now);
+        arrive(&mut l, &LeaseArrival::Take(token), "me", &me, now);
         assert_eq!(grant_in(&l, "db", "me", &me).map(|g| g.0), Some(8));
         let v = crate::lease::view(&l);
         assert_eq!(v.holder.map(|h| h.kind), Some(HolderKind::Claim));
