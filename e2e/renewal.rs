@@ -130,3 +130,57 @@ async fn a_holder_that_may_not_patch_leases_renews_by_compare_and_swap() {
     guard.release().await.expect("a releases");
     ns.cleanup().await;
 }
+
+/// A grant learned past the renew period of its claim's create, while at least a retry period of
+/// the renew deadline counted from that create is left (`holder::holds_at_once`), is held at once:
+/// `acquire()` returns with no renewal written, its last renewal the claim's create, and the
+/// first renewal follows at once. A grant learned later than that is first proved by a renewal
+/// before `acquire()` returns. Lease 6 s: renew deadline 4 s, renew period 2 s, retry period
+/// 0.8 s, so a grant is held at once when learned within 3.2 s; here at about 2.6 s, then 4 s.
+#[tokio::test]
+async fn a_grant_learned_past_the_renew_period_is_held_at_once_and_renewed_at_once() {
+    let mut ns = TestNs::new("renew-late").await;
+    ns.create_lock("l", json!({"leaseDurationSeconds": 6})).await;
+    ns.start_operator(&[]);
+    let a = Holder::new(ns.client.clone(), &ns.ns, "l", "a");
+    let b = Holder::new(ns.client.clone(), &ns.ns, "l", "b").one_shot();
+    for (hold, held_at_once) in [(Duration::from_millis(2600), true), (Duration::from_secs(4), false)] {
+        let guard_a = a.acquire(Some(WAIT)).await.expect("a acquires");
+        let called = Instant::now();
+        let waiting = tokio::spawn({
+            let b = b.clone();
+            async move { b.acquire(Some(WAIT)).await }
+        });
+        tokio::time::sleep(hold).await;
+        let released = Instant::now();
+        guard_a.release().await.expect("a releases");
+        let guard_b = waiting.await.unwrap().expect("b acquires");
+        let returned = Instant::now();
+        let first = *guard_b.last_renewal().borrow();
+        if held_at_once {
+            assert!(
+                first > called && first < released,
+                "b holds from its claim's create ({:?} after the call), before a's release at {:?}: no renewal before the return",
+                first.saturating_duration_since(called),
+                released - called
+            );
+            let renewed = tokio::time::timeout(Duration::from_millis(1500), async {
+                let mut r = guard_b.last_renewal();
+                r.wait_for(|t| *t > first).await.map(|t| *t).expect("renewals go on")
+            })
+            .await
+            .expect("b's first renewal comes at once, not a renew period (2 s) after the return");
+            assert!(renewed >= returned - Duration::from_millis(50), "the renewal came after the return");
+        } else {
+            assert!(
+                first >= released,
+                "b, granted {:?} after its call, proved the grant by a renewal before the return",
+                released - called
+            );
+        }
+        assert!(!guard_b.is_lost(), "b holds");
+        guard_b.release().await.expect("b releases");
+    }
+    a.close().await;
+    ns.cleanup().await;
+}

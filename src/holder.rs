@@ -1298,10 +1298,10 @@ impl Ticket {
         }
     }
 
-    /// Waits (watch) until the claim is granted. A grant learned within the renew period of the
-    /// claim's create is held at once, its renew deadline counted from that create (see
-    /// [`LockGuard`]); one learned later is first proved by a renewal. On error the claim stays
-    /// queued: call [`Ticket::cancel`].
+    /// Waits (watch) until the claim is granted. A grant learned while at least a retry period of
+    /// the renew deadline counted from the claim's create (or request) is left is held at once,
+    /// its renew deadline counted from that create ([`holds_at_once`]); one learned later is
+    /// first proved by a renewal. On error the claim stays queued: call [`Ticket::cancel`].
     ///
     /// # Errors
     /// [`HolderError::WaitTimeout`], [`HolderError::Busy`] (skip policy), [`HolderError::Rejected`],
@@ -1518,10 +1518,11 @@ impl LockGuard {
     ///
     /// The renew deadline must start no later than the operator's expiry clock for this grant,
     /// which starts when the operator sees its own grant: after the claim existed, so after
-    /// `queued`. A grant learned within the renew period of `queued` is therefore held at once,
-    /// with `queued` as its last renewal's start and its first renewal due a renew period after
-    /// it (no write on the handover's path: issue 12). A grant learned later is first proved by
-    /// a renewal (owner-verified: [`renew`]), whose start is then the reference. The model
+    /// `queued`. A grant learned while at least a retry period of the renew deadline counted from
+    /// `queued` is left ([`holds_at_once`]) is therefore held at once, with `queued` as its last
+    /// renewal's start and its first renewal due a renew period after it, at once if that has
+    /// passed (no write on the handover's path: issue 12). A grant learned later is first proved
+    /// by a renewal (owner-verified: [`renew`]), whose start is then the reference. The model
     /// checker runs the same rule (`tests/model.rs`, `ClaimLearns`) and catches the unsafe one,
     /// counting from when the grant was learned (`Bug::HolderClockFromLearning`).
     #[allow(clippy::too_many_arguments)]
@@ -1547,7 +1548,11 @@ impl LockGuard {
         let claims: Api<DistributedLockClaim> = Api::namespaced(h.client.clone(), &h.namespace);
         // A lock of a set is always proved first: its tentative grant may be older than the
         // set's commit by any time.
-        let (started, first) = if single.is_single() && queued.elapsed() < timings.renew_period {
+        let waited = queued.elapsed();
+        let (started, first) = if single.is_single() && holds_at_once(waited, &timings) {
+            if waited >= timings.renew_period {
+                tracing::debug!(lock = %h.lock, ?waited, "a grant learned past the renew period: held at once, renewing now");
+            }
             (queued, Ok(true))
         } else {
             // Prove the grant with a first renewal before the caller may act on it.
@@ -1556,6 +1561,7 @@ impl LockGuard {
                 tokio::time::timeout(renew_deadline, renew(&leases, &lease_name, &h.identity, &claim_uid, &known))
                     .await
                     .unwrap_or(Err(HolderError::FirstRenewalTimeout(renew_deadline)));
+            tracing::debug!(lock = %h.lock, ?waited, set = !single.is_single(), took = ?started.elapsed(), ok = first.is_ok(), "a grant proved by a first renewal");
             (started, first)
         };
         match first {
@@ -2063,6 +2069,16 @@ fn hand_over(lease: &mut Lease, now: Timestamp) {
     }
 }
 
+/// Whether a grant learned `waited` after its claim's create (or request) was sent is held at
+/// once, with no first renewal (`LockGuard::start`): while at least the retry period of the renew
+/// deadline counted from that send is left (8 s of 10 s at the default timings), so the renewal
+/// loop's first renewal, due at once past the renew period, has that long to land. The model
+/// checker's `ClaimLearns` holds at once anywhere within the renew deadline (`tests/model.rs`);
+/// this rule holds at once in a subset of those states and proves the grant first in the rest.
+pub(crate) fn holds_at_once(waited: Duration, timings: &Resolved) -> bool {
+    waited + timings.retry_period < timings.renew_deadline
+}
+
 #[allow(clippy::too_many_arguments)]
 async fn renew_loop(
     leases: Api<Lease>,
@@ -2316,6 +2332,20 @@ mod tests {
         // A retry period above a third of the lease raises the renew period with it.
         let t = Timings { retry_period: Some(s(6)), ..Timings::default() };
         assert_eq!(resolve_timings(s(15), t).unwrap().renew_period, s(6));
+    }
+
+    /// At the default timings (renew deadline 10 s, retry period 2 s) a grant learned up to 8 s
+    /// after its claim's send is held at once, past the renew period (5 s) too; from 8 s on it is
+    /// proved by a first renewal.
+    #[test]
+    fn a_grant_is_held_at_once_while_a_retry_period_of_its_renew_deadline_is_left() {
+        let t = resolve_timings(Duration::from_secs(15), Timings::default()).unwrap();
+        let ms = Duration::from_millis;
+        assert!(holds_at_once(ms(0), &t));
+        assert!(holds_at_once(ms(6_000), &t), "past the renew period");
+        assert!(holds_at_once(ms(7_999), &t));
+        assert!(!holds_at_once(ms(8_000), &t), "only the retry period left");
+        assert!(!holds_at_once(ms(12_000), &t), "past the renew deadline");
     }
 
     #[test]
