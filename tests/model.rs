@@ -143,6 +143,7 @@ const LEASE_ARRIVAL: &str = "a request that arrived by the Lease is granted (iss
 const REARRIVAL: &str = "a waiter displaced from the Lease arrives again by its claim";
 const WAITER_HINT: &str = "a waiter that named itself as the next-holder hint is granted";
 const WAITER_TAKE: &str = "a waiter by claim took the free Lease itself";
+const UNANSWERED_TAKE: &str = "a waiter whose own take's answer was lost learns the grant it took";
 const POD_NAMES: [&str; 3] = ["pod-a", "pod-b", "pod-c"];
 const CLAIM_NAMES: [&str; 2] = ["claim-x", "claim-y"];
 
@@ -216,6 +217,11 @@ enum Bug {
     /// its watch brought, written without that version as precondition (a blind write, not a
     /// compare-and-swap): two holders at once (I1).
     WaiterTakesBlind,
+    /// A waiter's own take whose answer was lost ([`Action::ClaimWaiterTakeUnanswered`]) is
+    /// taken as landed: the process holds from the write, although the write may not have
+    /// landed and the operator may have granted the Lease to another (I1). The code waits for
+    /// the Lease or the claim's status to show the grant instead (`OwnArrival::Done`).
+    LostTakeAssumedLanded,
 }
 
 /// A waiter's `leasehold.dev/on-busy` and `leasehold.dev/max-wait` (claims: `spec.onBusy`,
@@ -296,6 +302,9 @@ struct Config {
     /// With `waiter_hints`: that arrival may also take a free Lease (the code does both; the
     /// runs with takes are smaller, as a take at any moment multiplies the states).
     waiter_takes: bool,
+    /// With `waiter_takes`: the answer to that take may be lost, whether it landed or not
+    /// ([`Action::ClaimWaiterTakeUnanswered`]).
+    waiter_take_unanswered: bool,
     /// The lock's `status.tokenCeiling` at the start (the reservation made by its first
     /// reconcile: one block, 1000).
     initial_ceiling: i64,
@@ -340,6 +349,7 @@ impl Config {
         lease_arrivals: false,
         waiter_hints: false,
         waiter_takes: false,
+        waiter_take_unanswered: false,
         initial_ceiling: 1000,
         recreated_lease: false,
         start_claim_held: false,
@@ -482,6 +492,9 @@ enum Arrived {
     ByLease,
     /// By its claim, and it has arrived by the Lease itself once since (a hint, or a take).
     HintedItself,
+    /// By its claim, then its own take, whose answer was lost
+    /// ([`Action::ClaimWaiterTakeUnanswered`]).
+    TookUnanswered,
 }
 
 impl ClaimProc {
@@ -575,6 +588,8 @@ const WAITER_HINT_GRANTED: u16 = 4096;
 /// A process whose request waited by its claim took the free Lease itself
 /// ([`Action::ClaimWaiterArrives`]).
 const WAITER_TOOK: u16 = 8192;
+/// A process whose own take's answer was lost learned its grant ([`Action::ClaimLearns`]).
+const UNANSWERED_TAKE_LEARNED: u16 = 16384;
 const REJECTED_THEN_GRANTED: &str = "I3: a rejected waiter was granted";
 
 /// The annotations an operator's Lease write sets beside the holder: the next-holder hint,
@@ -654,6 +669,12 @@ enum Action {
     /// claim) or takes it (free: it holds from that write, as a Lease arrival's take does). Its
     /// claim stays as it is.
     ClaimWaiterArrives(usize),
+    /// The take of [`Action::ClaimWaiterArrives`] whose answer is lost (a timeout, a broken
+    /// connection): it landed (`true`) or not, and the process does not know which. It makes no
+    /// more arrivals for this request and waits on: the Lease (its watch) or the claim's status
+    /// shows the grant if the take landed ([`Action::ClaimLearns`], held from the request's
+    /// time, which is before the write). `holder::Holder::arrive_itself`, `OwnArrival::Done`.
+    ClaimWaiterTakeUnanswered(usize, bool),
     /// A third party deletes slot `n`'s Lease.
     LeaseDeleted(usize),
     /// A third party edits the Lease to name waiting pod `n` with a plausible token.
@@ -1129,9 +1150,11 @@ impl World {
     /// the current version (a Lease arrival's, [`Action::ClaimArrivesByLease`], or a waiter's
     /// own, [`Action::ClaimWaiterArrives`]): the next-holder hint, or the take, which is its grant:
     /// it holds at once, from the write (`holder::Holder::arrive_by_lease`,
-    /// `holder::Holder::arrive_itself`). Whether it took the Lease; `None` without a Lease.
-    fn write_arrival(&mut self, i: usize, arrival: grant::LeaseArrival) -> Option<bool> {
-        let (rv, now, me) = (self.rv(), self.now, self.proc_uid(i));
+    /// `holder::Holder::arrive_itself`), unless the answer to the take is lost (`answered`
+    /// false: [`Action::ClaimWaiterTakeUnanswered`]). Whether it took the Lease; `None` without
+    /// a Lease.
+    fn write_arrival(&mut self, i: usize, arrival: grant::LeaseArrival, answered: bool) -> Option<bool> {
+        let (rv, me) = (self.rv(), self.proc_uid(i));
         let lease = self.api.leases[0].as_mut()?;
         lease.rv = rv;
         match arrival {
@@ -1142,13 +1165,22 @@ impl World {
             grant::LeaseArrival::Take(token) => {
                 (lease.holder, lease.token, lease.renew) =
                     (Some((CLAIM_NAMES[i].to_string(), me, HolderKind::Claim)), token, Some(rv));
-                let owner = lease.owner;
-                let p = &mut self.procs[i];
-                (p.holding, p.last_renew, p.done, p.handed) = (Some(token), now, true, Some(token));
-                self.hand(owner, 0, token);
+                if answered {
+                    self.hold_take(i, token)?;
+                }
                 Some(true)
             }
         }
+    }
+
+    /// Claim `i`'s process holds the token `token` it took from the lock's Lease, from now: the
+    /// answer to its take ([`World::write_arrival`]).
+    fn hold_take(&mut self, i: usize, token: i64) -> Option<()> {
+        let (owner, now) = (self.api.leases[0].as_ref()?.owner, self.now);
+        let p = &mut self.procs[i];
+        (p.holding, p.last_renew, p.done, p.handed) = (Some(token), now, true, Some(token));
+        self.hand(owner, 0, token);
+        Some(())
     }
 
     /// Claim `i`'s candidate UID for the request its process works on.
@@ -1699,8 +1731,14 @@ impl Model for LockModel {
             if w.re_arrival_due(i, &self.cfg) {
                 out.push(Action::ClaimReArrives(i));
             }
-            if self.cfg.waiter_hints && w.waiter_arrival(i, &self.cfg).is_some() {
+            if self.cfg.waiter_hints
+                && let Some(arrival) = w.waiter_arrival(i, &self.cfg)
+            {
                 out.push(Action::ClaimWaiterArrives(i));
+                if self.cfg.waiter_take_unanswered && matches!(arrival, grant::LeaseArrival::Take(_)) {
+                    out.push(Action::ClaimWaiterTakeUnanswered(i, true));
+                    out.push(Action::ClaimWaiterTakeUnanswered(i, false));
+                }
             }
             if proc_.holding.is_some() && !proc_.paused {
                 out.push(Action::ClaimRenews(i));
@@ -1814,7 +1852,7 @@ impl Model for LockModel {
                 let p = &mut w.procs[i];
                 (p.request, p.done, p.handed, p.slot, p.queued_at) = (next, false, None, 0, now);
                 p.arrived = Arrived::ByLease;
-                if w.write_arrival(i, arrival)? {
+                if w.write_arrival(i, arrival, true)? {
                     w.events |= GRANTED_BY_LEASE_ARRIVAL;
                 }
             }
@@ -1829,8 +1867,20 @@ impl Model for LockModel {
             Action::ClaimWaiterArrives(i) => {
                 let arrival = w.waiter_arrival(i, &self.cfg)?;
                 w.procs[i].arrived = Arrived::HintedItself;
-                if w.write_arrival(i, arrival)? {
+                if w.write_arrival(i, arrival, true)? {
                     w.events |= WAITER_TOOK;
+                }
+            }
+            Action::ClaimWaiterTakeUnanswered(i, landed) => {
+                let arrival = w.waiter_arrival(i, &self.cfg)?;
+                let grant::LeaseArrival::Take(token) = arrival.clone() else { return None };
+                w.procs[i].arrived = Arrived::TookUnanswered;
+                if landed {
+                    // The Lease names the request; the process does not know it yet.
+                    w.write_arrival(i, arrival, false)?;
+                }
+                if self.cfg.bug == Some(Bug::LostTakeAssumedLanded) {
+                    w.hold_take(i, token)?;
                 }
             }
             Action::ClaimLearns(i, from) => {
@@ -1857,6 +1907,9 @@ impl Model for LockModel {
                 w.procs[i].done = true;
                 if w.procs[i].arrived == Arrived::HintedItself {
                     w.events |= WAITER_HINT_GRANTED;
+                }
+                if w.procs[i].arrived == Arrived::TookUnanswered {
+                    w.events |= UNANSWERED_TAKE_LEARNED;
                 }
                 let start = w.now;
                 // `LockGuard::start`: the claim's create (time 0: every modelled claim exists from
@@ -2020,6 +2073,7 @@ impl Model for LockModel {
             Property::sometimes(REARRIVAL, |_, w: &World| w.events & ARRIVED_AGAIN != 0),
             Property::sometimes(WAITER_HINT, |_, w: &World| w.events & WAITER_HINT_GRANTED != 0),
             Property::sometimes(WAITER_TAKE, |_, w: &World| w.events & WAITER_TOOK != 0),
+            Property::sometimes(UNANSWERED_TAKE, |_, w: &World| w.events & UNANSWERED_TAKE_LEARNED != 0),
             Property::sometimes(TWO_AT_ONCE, |_, w: &World| w.running().iter().filter(|r| !r.1).count() >= 2),
         ]
     }
@@ -2359,6 +2413,15 @@ fn standing_claim_waiters_take_a_free_lease_with_two_operators() {
     assert_safe("waiter-take-2ops", cfg, WAITER_TAKE_2OPS_DEPTH, &[WAITER_TAKE, WAITER_HINT, SECOND_REQUEST]);
 }
 
+/// [`waiter_hints`] with takes whose answer may be lost, landed or not
+/// ([`Action::ClaimWaiterTakeUnanswered`]): a take that landed unanswered is learned from the
+/// Lease or the claim's status, held from the request's time (the code's `OwnArrival::Done`).
+#[test]
+fn a_waiter_s_own_take_whose_answer_is_lost_is_learned_from_the_lease() {
+    let cfg = Config { waiter_takes: true, waiter_take_unanswered: true, ..waiter_hints() };
+    assert_safe("waiter-take-unanswered", cfg, WAITER_TAKE_UNANSWERED_DEPTH, &[UNANSWERED_TAKE, WAITER_TAKE]);
+}
+
 /// A waiter's own hint displaced by an older waiter (a pod the operator's cache had not seen):
 /// it still waits by its claim and is answered.
 #[test]
@@ -2384,7 +2447,15 @@ fn a_planted_bug_waiter_take_without_precondition_is_caught() {
     planted_violates(Bug::WaiterTakesBlind, Config { waiter_takes: true, ..WAITERS_PLANTED }, 8, I1);
 }
 
+/// A waiter's own take whose answer was lost, taken as landed although it may not have (I1).
+#[test]
+fn a_planted_bug_unanswered_take_assumed_landed_is_caught() {
+    let cfg = Config { waiter_takes: true, waiter_take_unanswered: true, ..WAITERS_PLANTED };
+    planted_violates(Bug::LostTakeAssumedLanded, cfg, 9, I1);
+}
+
 const WAITER_HINT_DEPTH: usize = 12;
+const WAITER_TAKE_UNANSWERED_DEPTH: usize = 9;
 const WAITER_HINT_2OPS_DEPTH: usize = 10;
 const WAITER_TAKE_DEPTH: usize = 10;
 const WAITER_TAKE_2OPS_DEPTH: usize = 9;
