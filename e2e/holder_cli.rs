@@ -683,3 +683,47 @@ async fn lock_sets_run_all_or_nothing_with_a_token_per_lock() {
     let _ = std::fs::remove_dir_all(&dir);
     ns.cleanup().await;
 }
+
+/// A `leasehold lock` whose grant is held at once though learned seconds after its claim's create
+/// (its last renewal is that create: `holder::holds_at_once`), then stopped (SIGSTOP) as its
+/// command starts, before its first renewal: its watchdog kills the command at that create +
+/// renew deadline + kill grace, before the operator's expiry, not a renew deadline + kill grace
+/// after the command started. Default timings (lease 15 s): renew deadline 10 s, renew period 5 s,
+/// kill grace 2.5 s; b is granted about 3 s after its claim's create, so its command must be gone
+/// about 9.5 s after it started; counted from the watchdog's own start (the bug this guards
+/// against) it would run 12.5 s.
+#[tokio::test]
+async fn a_stopped_leasehold_lock_s_watchdog_counts_from_the_grant_s_last_renewal_not_its_own_start() {
+    let mut ns = TestNs::new("watchdog-late").await;
+    ns.create_lock("l", json!({})).await;
+    ns.start_operator(&[]);
+    let a = Holder::new(ns.client.clone(), &ns.ns, "l", "a").one_shot();
+    let guard = a.acquire(Some(WAIT)).await.expect("a acquires");
+    let b = ns.lock_process("b", &["l", "--identity", "b", "--", "sh", "-c", "echo pid=$$; exec sleep 600"]);
+    let claims = ns.api::<DistributedLockClaim>();
+    wait_until("b's claim exists", WAIT, || async {
+        claims.list(&Default::default()).await.is_ok_and(|l| l.items.len() == 2)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    guard.release().await.expect("a releases");
+    while !b.output().contains("pid=") {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    b.signal("STOP"); // `leasehold lock` only: its watchdog and its command run on
+    let started = Instant::now();
+    let out = b.output();
+    let pid: i32 = out.split("pid=").nth(1).unwrap().lines().next().unwrap().trim().parse().unwrap();
+    let alive = || std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "));
+    while alive() && started.elapsed() < Duration::from_secs(20) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let ran = started.elapsed();
+    assert!(!alive(), "b's command still runs 20 s after b was stopped");
+    assert!(
+        ran < Duration::from_secs(11),
+        "the watchdog killed b's command {ran:?} after b was stopped: it counted from its own start, not from b's claim"
+    );
+    b.signal("CONT");
+    ns.cleanup().await;
+}

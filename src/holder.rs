@@ -1298,8 +1298,8 @@ impl Ticket {
         }
     }
 
-    /// Waits (watch) until the claim is granted. A grant learned while at least a retry period of
-    /// the renew deadline counted from the claim's create (or request) is left is held at once,
+    /// Waits (watch) until the claim is granted. A grant learned while more than a retry period
+    /// of the renew deadline counted from the claim's create (or request) is left is held at once,
     /// its renew deadline counted from that create ([`holds_at_once`]); one learned later is
     /// first proved by a renewal. On error the claim stays queued: call [`Ticket::cancel`].
     ///
@@ -1518,13 +1518,14 @@ impl LockGuard {
     ///
     /// The renew deadline must start no later than the operator's expiry clock for this grant,
     /// which starts when the operator sees its own grant: after the claim existed, so after
-    /// `queued`. A grant learned while at least a retry period of the renew deadline counted from
-    /// `queued` is left ([`holds_at_once`]) is therefore held at once, with `queued` as its last
+    /// `queued`. A grant learned while more than a retry period of the renew deadline counted
+    /// from `queued` is left ([`holds_at_once`]) is therefore held at once, with `queued` as its last
     /// renewal's start and its first renewal due a renew period after it, at once if that has
     /// passed (no write on the handover's path: issue 12). A grant learned later is first proved
     /// by a renewal (owner-verified: [`renew`]), whose start is then the reference. The model
-    /// checker runs the same rule (`tests/model.rs`, `ClaimLearns`) and catches the unsafe one,
-    /// counting from when the grant was learned (`Bug::HolderClockFromLearning`).
+    /// checker explores a wider rule (`tests/model.rs`, `ClaimLearns`: held at once anywhere
+    /// within the renew deadline) and catches the unsafe one, counting from when the grant was
+    /// learned (`Bug::HolderClockFromLearning`).
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn start(
         h: &Holder,
@@ -2070,9 +2071,11 @@ fn hand_over(lease: &mut Lease, now: Timestamp) {
 }
 
 /// Whether a grant learned `waited` after its claim's create (or request) was sent is held at
-/// once, with no first renewal (`LockGuard::start`): while at least the retry period of the renew
-/// deadline counted from that send is left (8 s of 10 s at the default timings), so the renewal
-/// loop's first renewal, due at once past the renew period, has that long to land. The model
+/// once, with no first renewal (`LockGuard::start`): while more than the retry period of the
+/// renew deadline counted from that send is left (up to 8 s of 10 s at the default timings). The
+/// renewal loop's first renewal is due a renew period after the send, at once if that has passed,
+/// and then has more than the retry period to land (a renew period set close to the renew
+/// deadline leaves it less, as it does every renewal). The model
 /// checker's `ClaimLearns` holds at once anywhere within the renew deadline (`tests/model.rs`);
 /// this rule holds at once in a subset of those states and proves the grant first in the rest.
 pub(crate) fn holds_at_once(waited: Duration, timings: &Resolved) -> bool {

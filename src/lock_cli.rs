@@ -437,6 +437,11 @@ fn start_watchdog<G: Held>(
         .args(["--target", &(if own_group { -pid } else { pid }).to_string()])
         .args(["--renew-deadline-ms", &deadline.as_millis().to_string()])
         .args(["--kill-grace-ms", &grace.as_millis().to_string()])
+        // The last renewal's start (for a grant held at once, its claim's send), not "now".
+        .args([
+            "--renewed-at-ns",
+            &crate::watchdog::monotonic_of(*guard.last_renewal().borrow()).as_nanos().to_string(),
+        ])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::null())
         .kill_on_drop(true);
@@ -454,8 +459,8 @@ fn start_watchdog<G: Held>(
     let mut renewed = guard.last_renewal();
     tokio::spawn(async move {
         loop {
-            let age = renewed.borrow_and_update().elapsed().as_millis();
-            if stdin.write_all(format!("{age}\n").as_bytes()).await.is_err() || renewed.changed().await.is_err() {
+            let started = crate::watchdog::monotonic_of(*renewed.borrow_and_update()).as_nanos();
+            if stdin.write_all(format!("{started}\n").as_bytes()).await.is_err() || renewed.changed().await.is_err() {
                 return;
             }
         }

@@ -2,10 +2,14 @@
 //! unrenewed when `leasehold lock` itself dies (SIGKILL, OOM kill) or stops (SIGSTOP) and can no
 //! longer stop it.
 //!
-//! `leasehold lock` starts it as `leasehold lock-watchdog --target PID ...` with a pipe as its
-//! standard input, and writes one line per successful renewal: how many milliseconds ago that
-//! renewal *started*. The watchdog keeps its own copy of "last renewal start" on its own monotonic
-//! clock (receipt time minus that age, so never later than the truth) and:
+//! `leasehold lock` starts it as `leasehold lock-watchdog --target PID --renewed-at-ns T ...` with
+//! a pipe as its standard input, and writes one line per successful renewal: the moment that
+//! renewal *started*, in nanoseconds of the machine's `CLOCK_MONOTONIC` ([`monotonic_of`]), which
+//! both processes read alike. `T` is the last renewal's start when the watchdog is started: for a
+//! grant held at once, the send of its claim's create or request, which may be seconds before
+//! (`holder::holds_at_once`). An absolute moment, not an age: a line written late (`leasehold
+//! lock` paused between reading the clock and writing) cannot move the watchdog's clock past the
+//! truth. The watchdog keeps the latest moment it was told and:
 //! - kills the target (SIGKILL) at last renewal start + renew deadline + kill grace, the moment
 //!   `leasehold lock` itself would have killed it, in case that one is paused or hung;
 //! - on end of input (`leasehold lock` is gone), sends SIGTERM at once and SIGKILL after the kill
@@ -38,6 +42,23 @@ pub struct WatchdogArgs {
     /// The kill grace, in milliseconds.
     #[arg(long)]
     pub kill_grace_ms: u64,
+    /// When the holder's last renewal started, as the watchdog starts: nanoseconds of
+    /// `CLOCK_MONOTONIC` ([`monotonic_of`]).
+    #[arg(long)]
+    pub renewed_at_ns: u64,
+}
+
+/// The machine's `CLOCK_MONOTONIC` now, as a [`Duration`] since its (boot-time) origin: the clock
+/// `leasehold lock` and its watchdog share. Zero if it cannot be read (never on Linux).
+pub fn monotonic_now() -> Duration {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).map_or(Duration::ZERO, Duration::from)
+}
+
+/// Instant `t` of this process on `CLOCK_MONOTONIC` ([`monotonic_now`]): that clock read first,
+/// `t`'s age after it, so the result is never later than `t`.
+pub fn monotonic_of(t: Instant) -> Duration {
+    let now = monotonic_now();
+    now.saturating_sub(t.elapsed())
 }
 
 /// Runs the watchdog until its target is gone (or killed). Never returns an error: it is the
@@ -61,6 +82,7 @@ pub fn run(args: WatchdogArgs) {
     let budget = Duration::from_millis(args.renew_deadline_ms + args.kill_grace_ms);
     let grace = Duration::from_millis(args.kill_grace_ms);
     let (tx, rx) = mpsc::channel::<Option<u64>>();
+    let mut last_renewal = Duration::from_nanos(args.renewed_at_ns);
     std::thread::spawn(move || {
         for line in std::io::stdin().lock().lines() {
             let Ok(line) = line else { break };
@@ -70,30 +92,25 @@ pub fn run(args: WatchdogArgs) {
         }
         let _ = tx.send(None);
     });
-    // Until the first heartbeat: `leasehold lock` starts the watchdog right after the grant (its
-    // first renewal, or its claim's create when it needed none), so "now" is later than that
-    // start; the first line corrects it.
-    let mut last_renewal = Instant::now();
-    let mut kill_at = None::<Instant>;
+    // Deadlines on `CLOCK_MONOTONIC`, as the renewals' starts are.
+    let mut kill_at = None::<Duration>;
     loop {
         let deadline = last_renewal + budget;
         let deadline = kill_at.map_or(deadline, |k| k.min(deadline));
-        if Instant::now() >= deadline {
+        let left = deadline.saturating_sub(monotonic_now());
+        if left.is_zero() {
             let _ = kill(target, Signal::SIGKILL);
             return;
         }
         if kill(target, None).is_err() {
             return; // the command is gone
         }
-        match rx.recv_timeout(POLL.min(deadline.saturating_duration_since(Instant::now()))) {
-            Ok(Some(age_ms)) => {
-                let started = Instant::now().checked_sub(Duration::from_millis(age_ms)).unwrap_or(last_renewal);
-                last_renewal = last_renewal.max(started);
-            }
+        match rx.recv_timeout(POLL.min(left)) {
+            Ok(Some(started_ns)) => last_renewal = last_renewal.max(Duration::from_nanos(started_ns)),
             Ok(None) | Err(RecvTimeoutError::Disconnected) if kill_at.is_none() => {
                 // `leasehold lock` is gone: nobody renews; stop the command now.
                 let _ = kill(target, Signal::SIGTERM);
-                kill_at = Some(Instant::now() + grace);
+                kill_at = Some(monotonic_now() + grace);
             }
             Ok(None) | Err(RecvTimeoutError::Disconnected) => std::thread::sleep(POLL.min(grace)),
             Err(RecvTimeoutError::Timeout) => {}
