@@ -685,13 +685,11 @@ async fn lock_sets_run_all_or_nothing_with_a_token_per_lock() {
 }
 
 /// A `leasehold lock` whose grant is held at once though learned seconds after its claim's create
-/// (its last renewal is that create: `holder::holds_at_once`), then stopped (SIGSTOP) as its
-/// command starts, before its first renewal: its watchdog kills the command at that create +
-/// renew deadline + kill grace, before the operator's expiry, not a renew deadline + kill grace
-/// after the command started. Default timings (lease 15 s): renew deadline 10 s, renew period 5 s,
-/// kill grace 2.5 s; b is granted about 3 s after its claim's create, so its command must be gone
-/// about 9.5 s after it started; counted from the watchdog's own start (the bug this guards
-/// against) it would run 12.5 s.
+/// (its last renewal is that create: `holder::holds_at_once`), then stopped (SIGSTOP) once its
+/// command and watchdog run, before its first renewal (`--renew-period 9s`): its watchdog kills the
+/// command at that create + renew deadline + kill grace (lease 15 s: 10 s + 2.5 s), before the
+/// operator's expiry, not 12.5 s after the watchdog's own start (the bug this guards against:
+/// b is granted about 3 s after its claim's create, so that would be about 3 s too late).
 #[tokio::test]
 async fn a_stopped_leasehold_lock_s_watchdog_counts_from_the_grant_s_last_renewal_not_its_own_start() {
     let mut ns = TestNs::new("watchdog-late").await;
@@ -699,30 +697,52 @@ async fn a_stopped_leasehold_lock_s_watchdog_counts_from_the_grant_s_last_renewa
     ns.start_operator(&[]);
     let a = Holder::new(ns.client.clone(), &ns.ns, "l", "a").one_shot();
     let guard = a.acquire(Some(WAIT)).await.expect("a acquires");
-    let b = ns.lock_process("b", &["l", "--identity", "b", "--", "sh", "-c", "echo pid=$$; exec sleep 600"]);
+    let spawned = Instant::now();
+    let args = ["l", "--identity", "b", "--renew-period", "9s", "--", "sh", "-c", "echo pid=$$; exec sleep 600"];
+    let b = ns.lock_process("b", &args);
     let claims = ns.api::<DistributedLockClaim>();
     wait_until("b's claim exists", WAIT, || async {
         claims.list(&Default::default()).await.is_ok_and(|l| l.items.len() == 2)
     })
     .await;
+    // b's claim was created (its create sent) between `spawned` and now.
+    let seen = Instant::now();
     tokio::time::sleep(Duration::from_secs(3)).await;
     guard.release().await.expect("a releases");
-    while !b.output().contains("pid=") {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let pid = |out: String| out.split("pid=").nth(1)?.lines().next()?.trim().parse::<i32>().ok();
+    wait_until("b's command started", WAIT, || {
+        let started = pid(b.output()).is_some();
+        async move { started }
+    })
+    .await;
+    let pid = pid(b.output()).unwrap();
+    // The watchdog runs in the command's process group (it is spawned after the command).
+    let watchdog_runs = || {
+        std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+            let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+            let group = stat.rsplit(") ").next().and_then(|f| f.split(' ').nth(2)).and_then(|g| g.parse::<i32>().ok());
+            let cmdline = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+            group == Some(pid) && String::from_utf8_lossy(&cmdline).contains("lock-watchdog")
+        })
+    };
+    wait_until("b's watchdog runs", WAIT, || {
+        let runs = watchdog_runs();
+        async move { runs }
+    })
+    .await;
     b.signal("STOP"); // `leasehold lock` only: its watchdog and its command run on
-    let started = Instant::now();
-    let out = b.output();
-    let pid: i32 = out.split("pid=").nth(1).unwrap().lines().next().unwrap().trim().parse().unwrap();
     let alive = || std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "));
-    while alive() && started.elapsed() < Duration::from_secs(20) {
+    let limit = seen + Duration::from_millis(12_500 + 1_500);
+    while alive() && Instant::now() < limit + Duration::from_secs(5) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let ran = started.elapsed();
-    assert!(!alive(), "b's command still runs 20 s after b was stopped");
+    let died = Instant::now();
+    assert!(!alive(), "b's command still runs 5 s after its deadline");
+    assert!(died >= spawned + Duration::from_millis(12_500), "killed before its claim's create + 12.5 s");
     assert!(
-        ran < Duration::from_secs(11),
-        "the watchdog killed b's command {ran:?} after b was stopped: it counted from its own start, not from b's claim"
+        died <= limit,
+        "b's command was killed {:?} after its claim was seen, not by its create + 12.5 s (+ 1.5 s): the watchdog counted from its own start",
+        died - seen
     );
     b.signal("CONT");
     ns.cleanup().await;

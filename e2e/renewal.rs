@@ -135,17 +135,17 @@ async fn a_holder_that_may_not_patch_leases_renews_by_compare_and_swap() {
 /// of the renew deadline counted from that create is left (`holder::holds_at_once`), is held at
 /// once: `acquire()` returns with no renewal written, its last renewal the claim's create, and
 /// the first renewal follows at once. A grant learned later than that is first proved by a
-/// renewal before `acquire()` returns. Lease 9 s: renew deadline 6 s, renew period 3 s, retry
-/// period 1.2 s, so a grant is held at once when learned within 4.8 s; here at about 3.9 s, then
-/// 6 s.
+/// renewal before `acquire()` returns. Lease 12 s: renew deadline 8 s, renew period 4 s, retry
+/// period 1.6 s, so a grant is held at once when learned within 6.4 s; here at about 5.2 s, then
+/// 8 s.
 #[tokio::test]
 async fn a_grant_learned_past_the_renew_period_is_held_at_once_and_renewed_at_once() {
     let mut ns = TestNs::new("renew-late").await;
-    ns.create_lock("l", json!({"leaseDurationSeconds": 9})).await;
+    ns.create_lock("l", json!({"leaseDurationSeconds": 12})).await;
     ns.start_operator(&[]);
     let a = Holder::new(ns.client.clone(), &ns.ns, "l", "a");
     let b = Holder::new(ns.client.clone(), &ns.ns, "l", "b").one_shot();
-    for (hold, held_at_once) in [(Duration::from_millis(3900), true), (Duration::from_secs(6), false)] {
+    for (hold, held_at_once) in [(Duration::from_millis(5200), true), (Duration::from_secs(8), false)] {
         let guard_a = a.acquire(Some(WAIT)).await.expect("a acquires");
         let called = Instant::now();
         let waiting = tokio::spawn({
@@ -166,8 +166,8 @@ async fn a_grant_learned_past_the_renew_period_is_held_at_once_and_renewed_at_on
                 released - called
             );
             assert!(
-                returned - first >= Duration::from_secs(3),
-                "b learned its grant past the renew period (3 s) of its create, as this test needs: {:?}",
+                returned - first >= Duration::from_secs(4),
+                "b learned its grant past the renew period (4 s) of its create, as this test needs: {:?}",
                 returned - first
             );
             tokio::time::timeout(Duration::from_millis(1500), async {
@@ -175,7 +175,7 @@ async fn a_grant_learned_past_the_renew_period_is_held_at_once_and_renewed_at_on
                 r.wait_for(|t| *t > first).await.map(|t| *t).expect("renewals go on")
             })
             .await
-            .expect("b's first renewal comes at once, not a renew period (3 s) after the return");
+            .expect("b's first renewal comes at once, not a renew period (4 s) after the return");
         } else {
             assert!(
                 first >= released,

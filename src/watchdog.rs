@@ -3,8 +3,9 @@
 //! longer stop it.
 //!
 //! `leasehold lock` starts it as `leasehold lock-watchdog --target PID --renewed-at-ns T ...` with
-//! a pipe as its standard input, and writes one line per successful renewal: the moment that
-//! renewal *started*, in nanoseconds of the machine's `CLOCK_MONOTONIC` ([`monotonic_of`]), which
+//! a pipe as its standard input, and writes a line when the last successful renewal changes
+//! (the first repeats `T`; renewals close together may make one line): the moment that renewal
+//! *started*, in nanoseconds of the machine's `CLOCK_MONOTONIC` ([`monotonic_of`]), which
 //! both processes read alike. `T` is the last renewal's start when the watchdog is started: for a
 //! grant held at once, the send of its claim's create or request, which may be seconds before
 //! (`holder::holds_at_once`). An absolute moment, not an age: a line written late (`leasehold
@@ -49,16 +50,20 @@ pub struct WatchdogArgs {
 }
 
 /// The machine's `CLOCK_MONOTONIC` now, as a [`Duration`] since its (boot-time) origin: the clock
-/// `leasehold lock` and its watchdog share. Zero if it cannot be read (never on Linux).
-pub fn monotonic_now() -> Duration {
-    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).map_or(Duration::ZERO, Duration::from)
+/// `leasehold lock` and its watchdog share. `None` if it cannot be read (on Linux only for an
+/// invalid clock id or address, so never in practice); every caller then fails safe.
+pub fn monotonic_now() -> Option<Duration> {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).ok().map(Duration::from)
 }
 
 /// Instant `t` of this process on `CLOCK_MONOTONIC` ([`monotonic_now`]): that clock read first,
-/// `t`'s age after it, so the result is never later than `t`.
+/// `t`'s age after it, so the result is never later than `t`. On Linux std's [`Instant`] is that
+/// clock (rust-lang/rust `library/std/src/sys/pal/unix/time.rs`); on Apple platforms it is
+/// `CLOCK_UPTIME_RAW`, which stops during sleep, and this would be later than `t` after one (the
+/// lock command is built for Linux). Zero when the clock cannot be read: the watchdog then kills
+/// at once.
 pub fn monotonic_of(t: Instant) -> Duration {
-    let now = monotonic_now();
-    now.saturating_sub(t.elapsed())
+    monotonic_now().map_or(Duration::ZERO, |now| now.saturating_sub(t.elapsed()))
 }
 
 /// Runs the watchdog until its target is gone (or killed). Never returns an error: it is the
@@ -97,7 +102,8 @@ pub fn run(args: WatchdogArgs) {
     loop {
         let deadline = last_renewal + budget;
         let deadline = kill_at.map_or(deadline, |k| k.min(deadline));
-        let left = deadline.saturating_sub(monotonic_now());
+        // A clock that cannot be read counts as the deadline passed.
+        let left = monotonic_now().map_or(Duration::ZERO, |now| deadline.saturating_sub(now));
         if left.is_zero() {
             let _ = kill(target, Signal::SIGKILL);
             return;
@@ -110,7 +116,7 @@ pub fn run(args: WatchdogArgs) {
             Ok(None) | Err(RecvTimeoutError::Disconnected) if kill_at.is_none() => {
                 // `leasehold lock` is gone: nobody renews; stop the command now.
                 let _ = kill(target, Signal::SIGTERM);
-                kill_at = Some(monotonic_now() + grace);
+                kill_at = Some(monotonic_now().unwrap_or_default() + grace);
             }
             Ok(None) | Err(RecvTimeoutError::Disconnected) => std::thread::sleep(POLL.min(grace)),
             Err(RecvTimeoutError::Timeout) => {}
