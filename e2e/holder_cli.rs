@@ -536,16 +536,12 @@ async fn a_killed_leasehold_lock_does_not_leave_its_command_running() {
         .split(',')
         .map(|p| p.trim().parse().unwrap())
         .collect();
-    let alive = |pid: i32| {
-        // A zombie (exited, not yet reaped by anyone) does not run.
-        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))
-    };
-    assert!(pids.iter().all(|p| alive(*p)));
+    assert!(pids.iter().all(|p| runs(*p)));
     let b = ns.lock_process("b", &["l", "--identity", "b", "--", "sh", "-c", "echo b-runs; sleep 600"]);
     a.signal("KILL"); // leasehold lock only, not its command's group
     let killed = Instant::now();
     b.wait_output("b runs", "b-runs").await;
-    let dead = pids.iter().all(|p| !alive(*p));
+    let dead = pids.iter().all(|p| !runs(*p));
     assert!(dead, "a's command still ran when b was granted ({:?} after the kill)", killed.elapsed());
     ns.cleanup().await;
 }
@@ -726,18 +722,17 @@ async fn a_stopped_leasehold_lock_s_watchdog_counts_from_the_grant_s_last_renewa
         })
     };
     wait_until("b's watchdog runs", WAIT, || {
-        let runs = watchdog_runs();
-        async move { runs }
+        let up = watchdog_runs();
+        async move { up }
     })
     .await;
     b.signal("STOP"); // `leasehold lock` only: its watchdog and its command run on
-    let alive = || std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "));
     let limit = seen + Duration::from_millis(12_500 + 1_500);
-    while alive() && Instant::now() < limit + Duration::from_secs(5) {
+    while runs(pid) && Instant::now() < limit + Duration::from_secs(5) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let died = Instant::now();
-    assert!(!alive(), "b's command still runs 5 s after its deadline");
+    assert!(!runs(pid), "b's command still runs 5 s after its deadline");
     assert!(died >= spawned + Duration::from_millis(12_500), "killed before its claim's create + 12.5 s");
     assert!(
         died <= limit,
@@ -746,4 +741,9 @@ async fn a_stopped_leasehold_lock_s_watchdog_counts_from_the_grant_s_last_renewa
     );
     b.signal("CONT");
     ns.cleanup().await;
+}
+
+/// Whether process `pid` runs: it exists and is not a zombie (exited, not yet reaped by anyone).
+fn runs(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))
 }
