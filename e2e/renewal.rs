@@ -7,11 +7,12 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, Patch, PatchParams};
+use leasehold::crd::DistributedLock;
 use leasehold::holder::{Holder, LostReason};
 use leasehold::lock::HOLDER_UID_ANNOTATION;
 use serde_json::json;
 
-use crate::support::{TestNs, WAIT};
+use crate::support::{TestNs, WAIT, wait_until};
 
 /// While another party writes the Lease every 50 ms (an annotation the grant does not read), the
 /// holder's renewals (every 1 s at a 3 s lease) are each one PATCH answered 200: no 409, no read,
@@ -187,5 +188,79 @@ async fn a_grant_learned_past_the_renew_period_is_held_at_once_and_renewed_at_on
         guard_b.release().await.expect("b releases");
     }
     a.close().await;
+    ns.cleanup().await;
+}
+
+/// The lock's `spec.leaseDurationSeconds` as a merge patch.
+async fn set_lease_duration(ns: &TestNs, lock: &str, secs: i32) {
+    let body = json!({"spec": {"leaseDurationSeconds": secs}});
+    ns.api::<DistributedLock>()
+        .patch(lock, &PatchParams::default(), &Patch::Merge(&body))
+        .await
+        .expect("patch the lock");
+}
+
+fn lease_duration_of(l: &Lease) -> Option<i32> {
+    l.spec.as_ref().and_then(|s| s.lease_duration_seconds)
+}
+
+/// The hole a newcomer trial found: `leaseDurationSeconds` lowered (20 s to 3 s) while a holds
+/// renews every 6.7 s against the 20 s it was granted with. The operator used to expire a by the
+/// new 3 s and grant the waiter b beside it; now the grant keeps its Lease's 20 s
+/// (`grant::lease_duration_to_write`, `grant::expiry_of`): 8 s later a still holds, b still
+/// waits, and a's release hands the lock to b.
+#[tokio::test]
+async fn a_lease_duration_lowered_under_a_holder_does_not_expire_it_sooner() {
+    let mut ns = TestNs::new("lease-lowered").await;
+    ns.create_lock("l", json!({"leaseDurationSeconds": 20})).await;
+    ns.start_operator(&[]);
+    let a = Holder::new(ns.client.clone(), &ns.ns, "l", "a").one_shot();
+    let b = Holder::new(ns.client.clone(), &ns.ns, "l", "b").one_shot();
+    let guard_a = a.acquire(Some(WAIT)).await.expect("a acquires");
+    let waiting = tokio::spawn(async move { b.acquire(Some(WAIT)).await });
+    set_lease_duration(&ns, "l", 3).await;
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    assert!(!guard_a.is_lost(), "a, renewing every 6.7 s under its 20 s grant, still holds 8 s after the cut to 3 s");
+    assert!(!waiting.is_finished(), "b is not granted while a holds");
+    let lease = ns.api::<Lease>().get("l").await.unwrap();
+    assert_eq!(lease_duration_of(&lease), Some(20), "a's grant keeps the 20 s it was written with");
+    guard_a.release().await.expect("a releases");
+    let guard_b = waiting.await.unwrap().expect("b acquires once a released");
+    assert!(!guard_b.is_lost());
+    guard_b.release().await.expect("b releases");
+    ns.cleanup().await;
+}
+
+/// A waiter that read 20 s before queueing, granted after the lock was cut to 3 s, renews
+/// against its grant's 3 s (`holder::granted_timings`): renew deadline 2 s (2/3), renewals every
+/// second, and it still holds 5 s later. Read -> cut -> grant is forced by stopping the operator
+/// (SIGSTOP) between b's queueing and the patch. With the 20 s it read, b would renew every
+/// 6.7 s and the operator would take the lock back 3 s after its grant.
+#[tokio::test]
+async fn a_grant_made_under_a_lowered_lease_duration_is_renewed_against_it() {
+    let mut ns = TestNs::new("lease-lowered-grant").await;
+    ns.create_lock("l", json!({"leaseDurationSeconds": 20})).await;
+    let op = ns.start_operator(&[]);
+    wait_until("the lock is Ready", WAIT, || async {
+        ns.kubectl(&["get", "distributedlock", "l", "-o", "jsonpath={.status.conditions[?(@.type=='Ready')].status}"])
+            == "True"
+    })
+    .await;
+    let pid = ns.operator_pid(op).to_string();
+    let signal = |sig: &str| assert!(std::process::Command::new("kill").args([sig, &pid]).status().unwrap().success());
+    signal("-STOP");
+    let b = Holder::new(ns.client.clone(), &ns.ns, "l", "b").one_shot();
+    let ticket = b.enqueue(leasehold::crd::OnBusy::Wait).await.expect("b queues");
+    let read = Duration::from_secs(20);
+    assert_eq!((ticket.lease_duration(), ticket.renew_deadline()), (read, read * 2 / 3), "b read 20 s");
+    set_lease_duration(&ns, "l", 3).await;
+    signal("-CONT");
+    let guard = ticket.wait(Some(WAIT)).await.expect("b is granted");
+    let lease = ns.api::<Lease>().get("l").await.unwrap();
+    assert_eq!(lease_duration_of(&lease), Some(3), "the grant is written with the lock's new value");
+    assert_eq!((guard.lease_duration(), guard.renew_deadline()), (Duration::from_secs(3), Duration::from_secs(2)));
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(!guard.is_lost(), "b renews every second against its 3 s grant and still holds");
+    guard.release().await.expect("b releases");
     ns.cleanup().await;
 }

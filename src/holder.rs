@@ -142,6 +142,8 @@ pub struct Timings {
 /// Resolved [`Timings`] of one grant.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Resolved {
+    /// The lease duration they were resolved against.
+    pub(crate) lease_duration: Duration,
     pub(crate) renew_deadline: Duration,
     pub(crate) retry_period: Duration,
     pub(crate) renew_period: Duration,
@@ -1440,7 +1442,32 @@ pub(crate) fn resolve_timings(lease: Duration, t: Timings) -> Result<Resolved, H
             "renew period {period:?} ({p_src}) must be at least the retry period {retry:?} ({r_src}) and shorter than the renew deadline {deadline:?} ({d_src})"
         )));
     }
-    Ok(Resolved { renew_deadline: deadline, retry_period: retry, renew_period: period })
+    Ok(Resolved { lease_duration: lease, renew_deadline: deadline, retry_period: retry, renew_period: period })
+}
+
+/// The timings of a grant whose Lease says `granted` (its `spec.leaseDurationSeconds`): `read`
+/// (resolved against the lock's lease duration as this holder read it, before it queued) when
+/// the Lease's is not shorter, else `t` resolved against the Lease's, or, where `t` does not fit
+/// it (a renew deadline set at or above it), the default timings for it. The operator expires a
+/// grant by its Lease's value (it keeps it while the grant holds:
+/// `crate::lock::grant::lease_duration_to_write`), so a lease duration lowered on the lock
+/// between this holder's read and its grant must shorten its renew deadline: otherwise the next
+/// holder may be granted while this one still counts itself within its deadline (found by a
+/// newcomer trial; the model checker's run "lease-lowered" catches it,
+/// `Bug::HolderKeepsReadDuration`).
+pub(crate) fn granted_timings(read: Resolved, granted: Option<Duration>, t: Timings) -> Resolved {
+    match granted {
+        Some(g) if g < read.lease_duration => resolve_timings(g, t).unwrap_or_else(|e| {
+            tracing::warn!(granted = ?g, error = %e, "the grant's lease duration is shorter than the lock's was when this holder queued, and the timings set do not fit it: holding with the default timings for it");
+            resolve_timings(g, Timings::default()).unwrap_or(Resolved {
+                lease_duration: g,
+                renew_deadline: g * 2 / 3,
+                retry_period: g * 2 / 15,
+                renew_period: g / 3,
+            })
+        }),
+        _ => read,
+    }
 }
 
 pub(crate) async fn delete_claim(claims: &Api<DistributedLockClaim>, name: &str, uid: &str) {
@@ -1476,6 +1503,8 @@ pub struct LockGuard {
     claims: Api<DistributedLockClaim>,
     /// The Lease as this holder's last write returned it, shared with the renewer.
     known: KnownLease,
+    /// The grant's timings ([`granted_timings`]).
+    timings: Resolved,
     lost_rx: watch::Receiver<Option<LostReason>>,
     renewed_rx: watch::Receiver<Instant>,
     renewer: tokio::task::JoinHandle<()>,
@@ -1536,7 +1565,6 @@ impl LockGuard {
         queued: Instant,
         single: Single,
     ) -> Result<LockGuard, HolderError> {
-        let renew_deadline = timings.renew_deadline;
         let known = KnownLease::default();
         // The Lease (or the version) the grant wrote: the release (and a renewal by
         // compare-and-swap, after a 403 on the patch) needs no read.
@@ -1545,6 +1573,11 @@ impl LockGuard {
             Some(Known::Version(rv)) => known.set_version(rv),
             None => {}
         }
+        // Renewals count against the grant's lease duration where it is shorter than the one
+        // read before queueing ([`granted_timings`]); a grant known by its version only takes it
+        // from its first renewal's answer, below.
+        let mut timings = granted_timings(timings, known.lease_duration(), h.timings);
+        let renew_deadline = timings.renew_deadline;
         let leases: Api<Lease> = Api::namespaced(h.client.clone(), &h.namespace);
         let claims: Api<DistributedLockClaim> = Api::namespaced(h.client.clone(), &h.namespace);
         // A lock of a set is always proved first: its tentative grant may be older than the
@@ -1563,6 +1596,14 @@ impl LockGuard {
                     .await
                     .unwrap_or(Err(HolderError::FirstRenewalTimeout(renew_deadline)));
             tracing::debug!(lock = %h.lock, ?waited, set = !single.is_single(), took = ?started.elapsed(), ok = first.is_ok(), "a grant proved by a first renewal");
+            // The renewal's answer is the Lease: its lease duration may be shorter still.
+            timings = granted_timings(timings, known.lease_duration(), h.timings);
+            let first = match first {
+                Ok(true) if started.elapsed() >= timings.renew_deadline => {
+                    Err(HolderError::FirstRenewalTimeout(timings.renew_deadline))
+                }
+                other => other,
+            };
             (started, first)
         };
         match first {
@@ -1612,6 +1653,7 @@ impl LockGuard {
             leases,
             claims,
             known,
+            timings,
             lost_rx,
             renewed_rx,
             renewer,
@@ -1632,6 +1674,23 @@ impl LockGuard {
     /// its high-water mark per slot: send the slot with the token.
     pub fn slot(&self) -> u32 {
         self.slot
+    }
+
+    /// The lease duration this grant is held under: its Lease's `spec.leaseDurationSeconds`, or
+    /// the lock's as read before queueing when that is shorter. The operator takes the lock back
+    /// no sooner than this after the last renewal it saw (it keeps a grant's value while the
+    /// grant holds, however the lock's spec changes: `crate::lock::grant::expiry_of`).
+    pub fn lease_duration(&self) -> Duration {
+        self.timings.lease_duration
+    }
+
+    /// Without a successful renewal for this long (from the start of the last successful one,
+    /// on this process's monotonic clock), the lock counts as lost; shorter than
+    /// [`LockGuard::lease_duration`]. It may be shorter than the [`Ticket::renew_deadline`] it
+    /// was queued with: a lease duration lowered on the lock while this holder waited applies to
+    /// its grant.
+    pub fn renew_deadline(&self) -> Duration {
+        self.timings.renew_deadline
     }
 
     /// The identity this lock is held under.
@@ -1795,6 +1854,14 @@ impl KnownLease {
 
     fn set(&self, lease: Lease) {
         *self.known.lock().unwrap_or_else(|e| e.into_inner()) = Some(Known::Object(Box::new(lease)));
+    }
+
+    /// The `spec.leaseDurationSeconds` of the Lease last known whole (`None` for a version only).
+    fn lease_duration(&self) -> Option<Duration> {
+        match &*self.known.lock().unwrap_or_else(|e| e.into_inner()) {
+            Some(Known::Object(l)) => crate::lease::view(l).lease_duration,
+            _ => None,
+        }
     }
 
     fn set_version(&self, resource_version: String) {
@@ -2327,11 +2394,35 @@ mod tests {
         assert_eq!(l.metadata.resource_version.as_deref(), Some("42"), "a compare-and-swap on the version read");
     }
 
+    /// A grant whose Lease says a shorter lease duration than the lock did when the holder queued
+    /// (lowered in between) is renewed against the Lease's; a longer or missing one changes
+    /// nothing; timings set that do not fit the shorter value give way to its defaults.
+    #[test]
+    fn a_grant_s_shorter_lease_duration_shortens_its_timings() {
+        let s = Duration::from_secs;
+        let read = resolve_timings(s(60), Timings::default()).unwrap();
+        assert_eq!(granted_timings(read, None, Timings::default()), read);
+        assert_eq!(granted_timings(read, Some(s(90)), Timings::default()), read);
+        let cut = granted_timings(read, Some(s(3)), Timings::default());
+        assert_eq!((cut.lease_duration, cut.renew_deadline, cut.renew_period), (s(3), s(2), s(1)));
+        let set = Timings { renew_deadline: Some(s(30)), ..Timings::default() };
+        let read = resolve_timings(s(60), set).unwrap();
+        assert_eq!(read.renew_deadline, s(30));
+        let cut = granted_timings(read, Some(s(15)), set);
+        assert_eq!((cut.lease_duration, cut.renew_deadline), (s(15), s(10)), "the defaults for 15 s");
+        let fits = Timings { renew_deadline: Some(s(9)), ..Timings::default() };
+        let cut = granted_timings(resolve_timings(s(12), fits).unwrap(), Some(s(10)), fits);
+        assert_eq!((cut.lease_duration, cut.renew_deadline), (s(10), s(9)), "a set deadline that fits stays");
+    }
+
     #[test]
     fn default_timings_follow_client_go_ratios_and_renew_every_third_of_the_lease() {
         let t = resolve_timings(Duration::from_secs(15), Timings::default()).unwrap();
         let s = Duration::from_secs;
-        assert_eq!(t, Resolved { renew_deadline: s(10), retry_period: s(2), renew_period: s(5) });
+        assert_eq!(
+            t,
+            Resolved { lease_duration: s(15), renew_deadline: s(10), retry_period: s(2), renew_period: s(5) }
+        );
         // A retry period above a third of the lease raises the renew period with it.
         let t = Timings { retry_period: Some(s(6)), ..Timings::default() };
         assert_eq!(resolve_timings(s(15), t).unwrap().renew_period, s(6));

@@ -397,6 +397,18 @@ impl SetGuard {
         self.renewed_rx.clone()
     }
 
+    /// The shortest lease duration of the set's grants ([`LockGuard::lease_duration`]): the
+    /// operator takes no lock of the set back sooner than this after its last renewal.
+    pub fn lease_duration(&self) -> Duration {
+        self.guards.iter().map(LockGuard::lease_duration).min().unwrap_or_default()
+    }
+
+    /// The shortest renew deadline of the set's grants ([`LockGuard::renew_deadline`]): without a
+    /// successful renewal of every lock for this long, the set counts as lost.
+    pub fn renew_deadline(&self) -> Duration {
+        self.guards.iter().map(LockGuard::renew_deadline).min().unwrap_or_default()
+    }
+
     /// Whether any lock of the set has been lost.
     pub fn is_lost(&self) -> bool {
         self.guards.iter().any(LockGuard::is_lost)

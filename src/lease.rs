@@ -5,7 +5,8 @@
 //! - `spec.holderIdentity`: the holder pod's name (absent when free);
 //! - `spec.acquireTime` / `spec.renewTime`: when the grant was written (operator's wall clock,
 //!   informational: expiry is never decided by comparing these with a clock);
-//! - `spec.leaseDurationSeconds`: the lock's `spec.leaseDurationSeconds`;
+//! - `spec.leaseDurationSeconds`: the lock's `spec.leaseDurationSeconds` when the grant was
+//!   written, kept while that grant holds ([`crate::lock::grant::lease_duration_to_write`]);
 //! - annotations `leasehold.dev/holder-uid`, `leasehold.dev/holder-kind`,
 //!   `leasehold.dev/fencing-token`, `leasehold.dev/token-floor` (see [`crate::lock::fencing`]),
 //!   and, while a claim holds and a claim waits, the next-holder hint
@@ -61,6 +62,10 @@ pub fn view(lease: &Lease) -> LeaseView {
         next: next(lease),
         released: released(lease),
         ceiling: ann.get(TOKEN_CEILING_ANNOTATION).and_then(|v| v.trim().parse::<i64>().ok()).filter(|c| *c > 0),
+        lease_duration: spec
+            .and_then(|s| s.lease_duration_seconds)
+            .filter(|d| *d > 0)
+            .map(|d| std::time::Duration::from_secs(d as u64)),
     }
 }
 
@@ -234,8 +239,8 @@ pub fn updated(
     now: Timestamp,
 ) -> Lease {
     let mut lease = observed.clone();
-    let last_token = view(observed).token;
-    apply_grant(&mut lease, lock, holder, floor, Some(last_token), now);
+    let observed = view(observed);
+    apply_grant(&mut lease, lock, holder, floor, Some(&observed), now);
     put_next(&mut lease, next);
     put_ceiling(&mut lease, ceiling);
     lease
@@ -265,7 +270,7 @@ fn apply_grant(
     lock: &DistributedLock,
     holder: Option<&Grant>,
     floor: Option<i64>,
-    last_token: Option<i64>,
+    observed: Option<&LeaseView>,
     now: Timestamp,
 ) {
     let ann = lease.metadata.annotations.get_or_insert_with(BTreeMap::new);
@@ -281,13 +286,15 @@ fn apply_grant(
         None => {
             ann.remove(HOLDER_UID_ANNOTATION);
             ann.remove(HOLDER_KIND_ANNOTATION);
-            if let Some(t) = last_token.filter(|t| *t > 0) {
+            if let Some(t) = observed.map(|o| o.token).filter(|t| *t > 0) {
                 ann.insert(TOKEN_ANNOTATION.into(), t.to_string());
             }
         }
     }
     let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
-    spec.lease_duration_seconds = Some(lock.spec.lease_duration_seconds);
+    let lock_duration = std::time::Duration::from_secs(lock.spec.lease_duration_seconds.max(1) as u64);
+    let duration = crate::lock::grant::lease_duration_to_write(observed, holder, lock_duration);
+    spec.lease_duration_seconds = Some(i32::try_from(duration.as_secs()).unwrap_or(i32::MAX));
     let changed = spec.holder_identity.as_deref() != holder.map(|g| g.identity.as_str());
     spec.holder_identity = holder.map(|g| g.identity.clone());
     spec.acquire_time = holder.map(|_| MicroTime(now));
@@ -299,6 +306,8 @@ fn apply_grant(
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     fn lease_with(ann: &[(&str, &str)], holder: Option<&str>) -> Lease {
@@ -374,6 +383,42 @@ mod tests {
         // A semaphore's slot (or no reservation yet): removed.
         assert_eq!(view(&updated(&lock, &hinted, None, None, None, None, now)).ceiling, None);
         assert_eq!(view(&with_next(&hinted, None, Some(0))).ceiling, None);
+    }
+
+    /// `spec.leaseDurationSeconds` is the lock's value when a grant is written and stays while
+    /// the same grant (holder UID and token) holds: a value lowered on the lock reaches the next
+    /// grant, never the running one, whose holder renews against the value it was granted with.
+    #[test]
+    fn a_grant_keeps_the_lease_duration_it_was_written_with() {
+        let mut lock = DistributedLock::new("l", Default::default());
+        lock.metadata.uid = Some("lock-uid".into());
+        lock.metadata.namespace = Some("ns".into());
+        lock.spec.lease_duration_seconds = 60;
+        let now = Timestamp::UNIX_EPOCH;
+        let grant = |uid: &str, token| Grant {
+            name: "c".into(),
+            identity: "me".into(),
+            uid: uid.into(),
+            kind: HolderKind::Claim,
+            resource_version: "3".into(),
+            token,
+            slot: 0,
+        };
+        let secs = |l: &Lease| l.spec.as_ref().and_then(|s| s.lease_duration_seconds);
+        let held = created(&lock, 0, Some(&grant("c1/1", 5)), 0, Some(20), now).unwrap();
+        assert_eq!((secs(&held), view(&held).lease_duration), (Some(60), Some(Duration::from_secs(60))));
+        lock.spec.lease_duration_seconds = 3;
+        // The same grant written again (a hint set, a repair): 60 stays.
+        let again = updated(&lock, &held, Some(&grant("c1/1", 5)), None, None, Some(20), now);
+        assert_eq!(secs(&again), Some(60));
+        // The next grant, or a free Lease: the lock's 3.
+        assert_eq!(secs(&updated(&lock, &again, Some(&grant("c2/1", 6)), None, None, Some(20), now)), Some(3));
+        assert_eq!(secs(&updated(&lock, &again, Some(&grant("c1/1", 6)), None, None, Some(20), now)), Some(3));
+        assert_eq!(secs(&updated(&lock, &again, None, None, None, Some(20), now)), Some(3));
+        // Raised: the running grant keeps its own value too (the operator expires it by the
+        // longer of the two: `grant::expiry_of`).
+        lock.spec.lease_duration_seconds = 90;
+        assert_eq!(secs(&updated(&lock, &again, Some(&grant("c1/1", 5)), None, None, Some(20), now)), Some(60));
     }
 
     #[test]

@@ -29,6 +29,8 @@ trait Held {
     fn last_renewal(&self) -> tokio::sync::watch::Receiver<std::time::Instant>;
     async fn lost(&self) -> LostReason;
     async fn release(self) -> Result<(), HolderError>;
+    /// The grant's (lease duration, renew deadline).
+    fn timings(&self) -> (Duration, Duration);
 }
 
 impl Held for LockGuard {
@@ -44,6 +46,9 @@ impl Held for LockGuard {
     async fn release(self) -> Result<(), HolderError> {
         LockGuard::release(self).await
     }
+    fn timings(&self) -> (Duration, Duration) {
+        (self.lease_duration(), self.renew_deadline())
+    }
 }
 
 impl Held for SetGuard {
@@ -58,6 +63,9 @@ impl Held for SetGuard {
     }
     async fn release(self) -> Result<(), HolderError> {
         SetGuard::release(self).await
+    }
+    fn timings(&self) -> (Duration, Duration) {
+        (self.lease_duration(), self.renew_deadline())
     }
 }
 
@@ -193,6 +201,11 @@ async fn run_inner(args: LockArgs) -> anyhow::Result<i32> {
         }
         Err(e) => return Err(e.into()),
     };
+    let (guard, kill_grace, deadline) =
+        match grant_grace(guard, args.kill_grace.map(Into::into), (kill_grace, ticket_deadline)).await? {
+            Ok(g) => g,
+            Err(code) => return Ok(code),
+        };
     tracing::info!(lock = %args.lock, identity = %identity, token = guard.token(), "lock granted; starting command");
     let env = vec![
         ("LEASEHOLD_FENCING_TOKEN".to_string(), guard.token().to_string()),
@@ -200,7 +213,35 @@ async fn run_inner(args: LockArgs) -> anyhow::Result<i32> {
         ("LEASEHOLD_HOLDER".to_string(), guard.identity().to_string()),
         ("LEASEHOLD_LOCK".to_string(), args.lock.clone()),
     ];
-    supervise(args, guard, env, kill_grace, ticket_deadline, signals).await
+    supervise(args, guard, env, kill_grace, deadline, signals).await
+}
+
+/// The kill grace and renew deadline of a grant, from its own timings ([`Held::timings`]): a
+/// lease duration lowered on the lock while this process waited shortens both (the operator
+/// expires the grant by its Lease's value, `holder::granted_timings`), and the command must still
+/// be dead before the lease runs out. `asked` is `--kill-grace`; `queued` the grace and deadline
+/// checked before queueing, kept when the grant's are no shorter. A grace that no longer fits
+/// releases the grant at once and ends with [`EXIT_ERROR`] (`Err`), before the command starts.
+async fn grant_grace<G: Held>(
+    guard: G,
+    asked: Option<Duration>,
+    (queued_grace, queued_deadline): (Duration, Duration),
+) -> anyhow::Result<Result<(G, Duration, Duration), i32>> {
+    let (lease, deadline) = guard.timings();
+    if deadline >= queued_deadline {
+        return Ok(Ok((guard, queued_grace, queued_deadline)));
+    }
+    match kill_grace(asked, lease, deadline) {
+        Ok(g) => {
+            tracing::info!(lease = ?lease, renew_deadline = ?deadline, kill_grace = ?g, "the grant's lease duration is shorter than the lock's was when this process queued: holding under the grant's");
+            Ok(Ok((guard, g, deadline)))
+        }
+        Err(message) => {
+            eprintln!("leasehold lock: the lock's lease duration was lowered while this process waited: {message}");
+            guard.release().await?;
+            Ok(Err(EXIT_ERROR))
+        }
+    }
 }
 
 /// `leasehold lock a,b -- cmd`: the lock set path (issue 14, `crate::holder_set`). `--try` is
@@ -238,6 +279,10 @@ async fn run_set(
             eprintln!("leasehold lock: {e}");
             return Ok(if matches!(e, HolderError::WaitTimeout(..)) { EXIT_WAIT_TIMEOUT } else { EXIT_ERROR });
         }
+    };
+    let (guard, grace, deadline) = match grant_grace(guard, args.kill_grace.map(Into::into), (grace, deadline)).await? {
+        Ok(g) => g,
+        Err(code) => return Ok(code),
     };
     tracing::info!(locks = %args.lock, tokens = ?guard.tokens(), "lock set granted; starting command");
     let mut env = vec![

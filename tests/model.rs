@@ -119,8 +119,9 @@ use leasehold::lock::machine::{self, Clocks, SlotLease, Snapshot};
 use leasehold::lock::policy::BusyPolicy;
 use stateright::{Checker, Model, Property};
 
-const LEASE_SECS: u64 = 3;
-const RENEW_DEADLINE: u8 = 2;
+const LEASE_SECS: u8 = 3;
+/// The lock's `leaseDurationSeconds` once lowered ([`Action::LeaseDurationLowered`]).
+const LOWERED_LEASE_SECS: u8 = 1;
 /// When every modelled claim was created (its process sent the create): the start.
 const CLAIM_QUEUED_AT: u8 = 0;
 const I1: &str = "I1 at most one running holder (a lost or paused one only with a lower token)";
@@ -144,6 +145,8 @@ const REARRIVAL: &str = "a waiter displaced from the Lease arrives again by its 
 const WAITER_HINT: &str = "a waiter that named itself as the next-holder hint is granted";
 const WAITER_TAKE: &str = "a waiter by claim took the free Lease itself";
 const UNANSWERED_TAKE: &str = "a waiter whose own take's answer was lost learns the grant it took";
+const LOWERED_UNDER: &str = "the lock's lease duration is lowered while a claim's process holds";
+const LOWERED_GRANT: &str = "a process that read the old lease duration learns a grant made under the lowered one";
 const POD_NAMES: [&str; 3] = ["pod-a", "pod-b", "pod-c"];
 const CLAIM_NAMES: [&str; 2] = ["claim-x", "claim-y"];
 
@@ -222,6 +225,15 @@ enum Bug {
     /// landed and the operator may have granted the Lease to another (I1). The code waits for
     /// the Lease or the claim's status to show the grant instead (`OwnArrival::Done`).
     LostTakeAssumedLanded,
+    /// The operator expires a claim holder by the lock's `leaseDurationSeconds` as it reads it
+    /// now, not by the longer value its grant's Lease was written with (`grant::expiry_of`): a
+    /// value lowered under a running holder lets the next one run beside it (I1; the hole a
+    /// newcomer trial found).
+    ExpiryBySpec,
+    /// A claim's process renews against the lease duration it read before queueing, not the
+    /// shorter one of its grant's Lease (`holder::granted_timings`): lowered in between, the
+    /// operator expires it while it still counts itself within its deadline (I1).
+    HolderKeepsReadDuration,
 }
 
 /// A waiter's `leasehold.dev/on-busy` and `leasehold.dev/max-wait` (claims: `spec.onBusy`,
@@ -305,6 +317,9 @@ struct Config {
     /// With `waiter_takes`: the answer to that take may be lost, whether it landed or not
     /// ([`Action::ClaimWaiterTakeUnanswered`]).
     waiter_take_unanswered: bool,
+    /// Someone lowers the lock's `leaseDurationSeconds` from 3 to 1 (once, at any time:
+    /// [`Action::LeaseDurationLowered`]).
+    lower_lease: bool,
     /// The lock's `status.tokenCeiling` at the start (the reservation made by its first
     /// reconcile: one block, 1000).
     initial_ceiling: i64,
@@ -350,6 +365,7 @@ impl Config {
         waiter_hints: false,
         waiter_takes: false,
         waiter_take_unanswered: false,
+        lower_lease: false,
         initial_ceiling: 1000,
         recreated_lease: false,
         start_claim_held: false,
@@ -363,11 +379,12 @@ impl Config {
         usize::from(self.max_holders.unwrap_or(1).max(self.change_max_holders.unwrap_or(1)).max(1))
     }
 
-    fn settings(&self) -> Settings {
+    /// The operator's settings from a lock whose `leaseDurationSeconds` is `lease_secs`.
+    fn settings(&self, lease_secs: u8) -> Settings {
         Settings {
             start_timeout: Duration::from_secs(self.start_timeout_secs),
             node_loss_timeout: Duration::from_secs(self.node_loss_secs),
-            lease_duration: Duration::from_secs(LEASE_SECS),
+            lease_duration: Duration::from_secs(lease_secs.into()),
             claim_record_delay: Duration::from_secs(self.record_delay_secs),
         }
     }
@@ -391,6 +408,8 @@ struct LeaseObj {
     /// `leasehold.dev/token-ceiling`: the lock's reservation as the operator that last wrote
     /// the Lease knew it (single-holder locks only; `None` on a semaphore's Leases).
     ceiling: Option<i64>,
+    /// `spec.leaseDurationSeconds` (`grant::lease_duration_to_write`).
+    duration: u8,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -405,6 +424,8 @@ struct LockObj {
     max_holders: Option<u8>,
     /// `status.slotTokens`: per slot, the token last reserved for a grant there.
     slot_tokens: Vec<i64>,
+    /// `spec.leaseDurationSeconds`.
+    lease_secs: u8,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -479,6 +500,12 @@ struct ClaimProc {
     finished: u8,
     /// How its current request arrived (what [`Action::ClaimWaiterArrives`] may do).
     arrived: Arrived,
+    /// The lock's `leaseDurationSeconds` as it read it before it sent its current request
+    /// (`Holder::read_timings`).
+    read_secs: u8,
+    /// The renew deadline of its grant ([`renew_deadline`] of the shorter of its read value
+    /// and its grant's Lease's: `holder::granted_timings`).
+    deadline: u8,
 }
 
 /// How a process's current request arrived.
@@ -501,6 +528,22 @@ impl ClaimProc {
     fn req(&self) -> u8 {
         self.request.max(1)
     }
+
+    /// Holds the grant of a Lease whose `leaseDurationSeconds` is `granted` (`bug`: the planted
+    /// [`Bug::HolderKeepsReadDuration`]): sets its renew deadline.
+    fn grant_deadline(&mut self, granted: u8, bug: Option<Bug>) -> u8 {
+        let secs = if bug == Some(Bug::HolderKeepsReadDuration) { self.read_secs } else { self.read_secs.min(granted) };
+        self.deadline = renew_deadline(secs);
+        self.deadline
+    }
+}
+
+/// The renew deadline of a holder whose lease duration is `lease_secs`, in whole seconds: 2 of
+/// 3 (client-go's 2/3). A 1 s lease's deadline (2/3 s in the code) is modelled as 1: the holder
+/// stops at the tick that reaches it, before any operator acts at that second, so it still ends
+/// before the operator's expiry.
+fn renew_deadline(lease_secs: u8) -> u8 {
+    lease_secs.saturating_sub(1).max(1)
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -551,45 +594,49 @@ struct World {
     broken: Option<&'static str>,
     /// What happened on this path (coverage: [`RECLAIMED`], [`REJECTED_BUSY`],
     /// [`REJECTED_TIMEOUT`]).
-    events: u16,
+    events: u32,
     /// Claims are standing claims ([`Config::requests`] > 1): candidate UIDs are request UIDs.
     standing: bool,
 }
 
 /// A start timeout's `DeletePod` landed on its holder.
-const RECLAIMED: u16 = 1;
+const RECLAIMED: u32 = 1;
 /// A skip waiter was rejected (LockBusy).
-const REJECTED_BUSY: u16 = 2;
+const REJECTED_BUSY: u32 = 2;
 /// A max-wait waiter was rejected (LockWaitTimeout).
-const REJECTED_TIMEOUT: u16 = 4;
+const REJECTED_TIMEOUT: u32 = 4;
 /// A holder was granted by the recreated lock object.
-const GRANTED_AFTER_RECREATE: u16 = 8;
+const GRANTED_AFTER_RECREATE: u32 = 8;
 /// An operator's step ended idle on a lock without a Lease (nobody to grant: none is created).
-const IDLE_WITHOUT_LEASE: u16 = 16;
+const IDLE_WITHOUT_LEASE: u32 = 16;
 /// A holder was granted after `spec.maxHolders` changed.
-const GRANTED_AFTER_CHANGE: u16 = 32;
+const GRANTED_AFTER_CHANGE: u32 = 32;
 /// A claim holder's release handed the lock to the next-holder hint.
-const HANDED_OVER: u16 = 64;
+const HANDED_OVER: u32 = 64;
 /// An operator's step left a claim holder's status unrecorded for now (it holds by the Lease:
 /// `claim_record_delay`), with a timer for the record.
-const RECORD_WAITED: u16 = 128;
+const RECORD_WAITED: u32 = 128;
 /// A claim's process released its grant while its claim's status did not record it yet.
-const RELEASED_UNRECORDED: u16 = 256;
+const RELEASED_UNRECORDED: u32 = 256;
 /// A standing claim's process learned the grant of its second request.
-const REQUESTED_AGAIN: u16 = 512;
+const REQUESTED_AGAIN: u32 = 512;
 /// A request that arrived by the Lease was handed the lock (by a release to its hint, or by the
 /// operator's grant), or took the free Lease itself.
-const GRANTED_BY_LEASE_ARRIVAL: u16 = 1024;
+const GRANTED_BY_LEASE_ARRIVAL: u32 = 1024;
 /// A process displaced from the Lease arrived again by its claim.
-const ARRIVED_AGAIN: u16 = 2048;
+const ARRIVED_AGAIN: u32 = 2048;
 /// A process that named itself as the next-holder hint ([`Action::ClaimWaiterArrives`]) saw its
 /// grant.
-const WAITER_HINT_GRANTED: u16 = 4096;
+const WAITER_HINT_GRANTED: u32 = 4096;
 /// A process whose request waited by its claim took the free Lease itself
 /// ([`Action::ClaimWaiterArrives`]).
-const WAITER_TOOK: u16 = 8192;
+const WAITER_TOOK: u32 = 8192;
 /// A process whose own take's answer was lost learned its grant ([`Action::ClaimLearns`]).
-const UNANSWERED_TAKE_LEARNED: u16 = 16384;
+const UNANSWERED_TAKE_LEARNED: u32 = 16384;
+/// The lock's lease duration was lowered while a claim's process held.
+const LOWERED_UNDER_HOLDER: u32 = 32768;
+/// A process that read the old lease duration learned a grant written under the lowered one.
+const LOWERED_GRANT_LEARNED: u32 = 1 << 16;
 const REJECTED_THEN_GRANTED: &str = "I3: a rejected waiter was granted";
 
 /// The annotations an operator's Lease write sets beside the holder: the next-holder hint,
@@ -611,6 +658,9 @@ enum Action {
     Step(usize),
     /// Operator `n`'s cache of one kind catches up with the API server.
     Sync(usize, Kind),
+    /// Someone lowers the lock's `spec.leaseDurationSeconds` to [`LOWERED_LEASE_SECS`]
+    /// ([`Config::lower_lease`]; once).
+    LeaseDurationLowered,
     /// Operator `n` crashes and restarts: fresh list, fresh clocks.
     Restart(usize),
     /// One second passes.
@@ -741,6 +791,7 @@ impl LockModel {
             next: None,
             released: vec![],
             ceiling: self.cfg.max_holders.is_none().then_some(self.cfg.initial_ceiling),
+            duration: LEASE_SECS,
         };
         let lock = LockObj {
             rv: 1,
@@ -749,6 +800,7 @@ impl LockModel {
             highest: 0,
             max_holders: self.cfg.max_holders,
             slot_tokens: vec![],
+            lease_secs: LEASE_SECS,
         };
         // A semaphore's slot Leases too (each is created like the lock's own, lazily, at its
         // first grant: explored from `fresh` and after a Lease deletion).
@@ -778,6 +830,7 @@ impl LockModel {
                 next: None,
                 released: vec![],
                 ceiling: self.cfg.max_holders.is_none().then_some(self.cfg.initial_ceiling),
+                duration: LEASE_SECS,
             });
             api.lock.highest = token;
             if self.cfg.max_holders.is_some() {
@@ -786,7 +839,8 @@ impl LockModel {
             }
             handed.push((0, k as u8, token));
         }
-        let mut procs = vec![ClaimProc::default(); self.cfg.claims];
+        let proc = ClaimProc { read_secs: LEASE_SECS, deadline: renew_deadline(LEASE_SECS), ..ClaimProc::default() };
+        let mut procs = vec![proc; self.cfg.claims];
         if self.cfg.recreated_lease {
             let l = api.leases[0].as_mut().unwrap();
             (l.token, l.floor) = (0, Some(self.cfg.initial_ceiling));
@@ -874,6 +928,7 @@ fn snapshot_of(view: &View, fresh_reservation: Option<i64>, cfg: &Config, by_lea
             token: *token,
         }),
         ceiling: l.ceiling,
+        lease_duration: (cfg.bug != Some(Bug::ExpiryBySpec)).then(|| Duration::from_secs(l.duration.into())),
     };
     let lease0 = view.leases[0].as_ref().map(lease_view);
     let still_waits = cfg.bug == Some(Bug::RejectedStillWaits);
@@ -959,7 +1014,7 @@ fn snapshot_of(view: &View, fresh_reservation: Option<i64>, cfg: &Config, by_lea
     }
     let marker = |l: &Option<LeaseObj>| l.as_ref().and_then(|l| l.renew).map(|r| r.to_string());
     Snapshot {
-        settings: cfg.settings(),
+        settings: cfg.settings(view.lock.lease_secs),
         lease: lease0,
         renew_marker: marker(&view.leases[0]),
         extra_slots: view.leases[1..]
@@ -1026,6 +1081,8 @@ impl World {
     /// the next-holder hint `next` and the `leasehold.dev/released` list `released`.
     /// `owner`: the ownerReference (a create sets the lock object of the writer's view; an
     /// update keeps the one it read).
+    /// `lock_secs`: the lock's `leaseDurationSeconds` in the writer's view.
+    #[allow(clippy::too_many_arguments)]
     fn write_lease(
         &mut self,
         slot: usize,
@@ -1033,6 +1090,7 @@ impl World {
         holder: Option<&Grant>,
         floor: Option<i64>,
         owner: u8,
+        lock_secs: u8,
         (next, released, written_ceiling): Annotations,
     ) -> LeaseObj {
         if let Some(g) = holder {
@@ -1054,6 +1112,18 @@ impl World {
         if holder.is_some() && self.last_handed(owner, slot as u8).is_some_and(|last| token.max(written_floor) < last) {
             self.broken.get_or_insert("I2: the operator moved the Lease's token below one it handed out");
         }
+        // `lease::apply_grant`: the value of the grant the Lease names, kept while it holds.
+        let seen = base.map(|b| LeaseView {
+            holder: b.holder.as_ref().map(|(name, uid, kind)| Holder {
+                name: name.clone(),
+                uid: Some(uid.clone()),
+                kind: *kind,
+            }),
+            token: b.token,
+            lease_duration: Some(Duration::from_secs(b.duration.into())),
+            ..LeaseView::default()
+        });
+        let duration = grant::lease_duration_to_write(seen.as_ref(), holder, Duration::from_secs(lock_secs.into()));
         let lease = LeaseObj {
             rv,
             holder: holder.map(|g| (g.identity.clone(), g.uid.clone(), g.kind)),
@@ -1064,6 +1134,7 @@ impl World {
             next: next.map(|n| (n.identity.clone(), n.uid.clone(), n.token)),
             released,
             ceiling: written_ceiling,
+            duration: u8::try_from(duration.as_secs()).unwrap(),
         };
         self.api.leases[slot] = Some(lease.clone());
         lease
@@ -1153,7 +1224,13 @@ impl World {
     /// `holder::Holder::arrive_itself`), unless the answer to the take is lost (`answered`
     /// false: [`Action::ClaimWaiterTakeUnanswered`]). Whether it took the Lease; `None` without
     /// a Lease.
-    fn write_arrival(&mut self, i: usize, arrival: grant::LeaseArrival, answered: bool) -> Option<bool> {
+    fn write_arrival(
+        &mut self,
+        i: usize,
+        arrival: grant::LeaseArrival,
+        answered: bool,
+        bug: Option<Bug>,
+    ) -> Option<bool> {
         let (rv, me) = (self.rv(), self.proc_uid(i));
         let lease = self.api.leases[0].as_mut()?;
         lease.rv = rv;
@@ -1166,7 +1243,7 @@ impl World {
                 (lease.holder, lease.token, lease.renew) =
                     (Some((CLAIM_NAMES[i].to_string(), me, HolderKind::Claim)), token, Some(rv));
                 if answered {
-                    self.hold_take(i, token)?;
+                    self.hold_take(i, token, bug)?;
                 }
                 Some(true)
             }
@@ -1175,9 +1252,11 @@ impl World {
 
     /// Claim `i`'s process holds the token `token` it took from the lock's Lease, from now: the
     /// answer to its take ([`World::write_arrival`]).
-    fn hold_take(&mut self, i: usize, token: i64) -> Option<()> {
-        let (owner, now) = (self.api.leases[0].as_ref()?.owner, self.now);
+    fn hold_take(&mut self, i: usize, token: i64, bug: Option<Bug>) -> Option<()> {
+        let lease = self.api.leases[0].as_ref()?;
+        let (owner, granted, now) = (lease.owner, lease.duration, self.now);
         let p = &mut self.procs[i];
+        p.grant_deadline(granted, bug);
         (p.holding, p.last_renew, p.done, p.handed) = (Some(token), now, true, Some(token));
         self.hand(owner, 0, token);
         Some(())
@@ -1289,9 +1368,10 @@ impl World {
             Decision::CreateLease { holder, floor } => {
                 if self.api.leases[slot].is_none() {
                     let owner = view.lock.uid;
-                    let c = ceiling(&view);
-                    view.leases[slot] =
-                        Some(self.write_lease(slot, None, holder.as_ref(), Some(floor), owner, (None, vec![], c)));
+                    let (c, secs) = (ceiling(&view), view.lock.lease_secs);
+                    let written =
+                        self.write_lease(slot, None, holder.as_ref(), Some(floor), owner, secs, (None, vec![], c));
+                    view.leases[slot] = Some(written);
                     true
                 } else {
                     false
@@ -1430,7 +1510,8 @@ impl World {
         if seen.rv != current.rv && bug != Some(Bug::LeaseWithoutPrecondition) {
             return false;
         }
-        view.leases[slot] = Some(self.write_lease(slot, Some(&seen), holder, floor, current.owner, annotations));
+        let secs = view.lock.lease_secs;
+        view.leases[slot] = Some(self.write_lease(slot, Some(&seen), holder, floor, current.owner, secs, annotations));
         true
     }
 
@@ -1543,7 +1624,7 @@ impl World {
         }
         for (i, c) in self.procs.iter().enumerate() {
             if let Some(t) = c.holding {
-                out.push((t, self.now >= c.last_renew + RENEW_DEADLINE, CLAIM_NAMES[i].to_string(), c.slot));
+                out.push((t, self.now >= c.last_renew + c.deadline, CLAIM_NAMES[i].to_string(), c.slot));
             }
         }
         out
@@ -1768,6 +1849,9 @@ impl Model for LockModel {
         if self.cfg.change_max_holders.is_some() && !w.max_changed {
             out.push(Action::MaxHoldersChanged);
         }
+        if self.cfg.lower_lease && w.api.lock.lease_secs != LOWERED_LEASE_SECS {
+            out.push(Action::LeaseDurationLowered);
+        }
     }
 
     fn next_state(&self, w: &World, action: Action) -> Option<World> {
@@ -1793,7 +1877,7 @@ impl Model for LockModel {
                 for p in &mut w.procs {
                     // The holder's renew loop: no successful renewal for the deadline -> lost,
                     // its work stopped (a paused process notices only when it runs again).
-                    if p.holding.is_some() && !p.paused && now >= p.last_renew + RENEW_DEADLINE {
+                    if p.holding.is_some() && !p.paused && now >= p.last_renew + p.deadline {
                         p.holding = None;
                     }
                 }
@@ -1840,6 +1924,7 @@ impl Model for LockModel {
             Action::ClaimGivesUp(i) => w.procs[i].done = true,
             Action::ClaimRequestsAgain(i) => {
                 let (rv, now, next) = (w.rv(), w.now, w.procs[i].req() + 1);
+                w.procs[i].read_secs = w.api.lock.lease_secs;
                 let c = w.api.claims[i].as_mut()?;
                 (c.request, c.requested_at, c.rv) = (next, i64::from(now), rv);
                 let p = &mut w.procs[i];
@@ -1848,11 +1933,12 @@ impl Model for LockModel {
             }
             Action::ClaimArrivesByLease(i) => {
                 let arrival = w.lease_arrival(i, &self.cfg)?;
+                w.procs[i].read_secs = w.api.lock.lease_secs;
                 let (now, next) = (w.now, w.procs[i].req() + 1);
                 let p = &mut w.procs[i];
                 (p.request, p.done, p.handed, p.slot, p.queued_at) = (next, false, None, 0, now);
                 p.arrived = Arrived::ByLease;
-                if w.write_arrival(i, arrival, true)? {
+                if w.write_arrival(i, arrival, true, self.cfg.bug)? {
                     w.events |= GRANTED_BY_LEASE_ARRIVAL;
                 }
             }
@@ -1867,7 +1953,7 @@ impl Model for LockModel {
             Action::ClaimWaiterArrives(i) => {
                 let arrival = w.waiter_arrival(i, &self.cfg)?;
                 w.procs[i].arrived = Arrived::HintedItself;
-                if w.write_arrival(i, arrival, true)? {
+                if w.write_arrival(i, arrival, true, self.cfg.bug)? {
                     w.events |= WAITER_TOOK;
                 }
             }
@@ -1877,10 +1963,10 @@ impl Model for LockModel {
                 w.procs[i].arrived = Arrived::TookUnanswered;
                 if landed {
                     // The Lease names the request; the process does not know it yet.
-                    w.write_arrival(i, arrival, false)?;
+                    w.write_arrival(i, arrival, false, self.cfg.bug)?;
                 }
                 if self.cfg.bug == Some(Bug::LostTakeAssumedLanded) {
-                    w.hold_take(i, token)?;
+                    w.hold_take(i, token, self.cfg.bug)?;
                 }
             }
             Action::ClaimLearns(i, from) => {
@@ -1896,7 +1982,7 @@ impl Model for LockModel {
                 if !w.lease_names_claim(k, i) {
                     return None;
                 }
-                let (token, owner) = w.api.leases[k].as_ref().map(|l| (l.token, l.owner))?;
+                let (token, owner, granted) = w.api.leases[k].as_ref().map(|l| (l.token, l.owner, l.duration))?;
                 // Handed now (I2 checks it here).
                 if w.procs[i].handed != Some(token) {
                     w.procs[i].handed = Some(token);
@@ -1912,6 +1998,11 @@ impl Model for LockModel {
                     w.events |= UNANSWERED_TAKE_LEARNED;
                 }
                 let start = w.now;
+                // `holder::granted_timings`: the shorter of the read and the granted duration.
+                let deadline = w.procs[i].grant_deadline(granted, self.cfg.bug);
+                if granted == LOWERED_LEASE_SECS && w.procs[i].read_secs == LEASE_SECS {
+                    w.events |= LOWERED_GRANT_LEARNED;
+                }
                 // `LockGuard::start`: the claim's create (time 0: every modelled claim exists from
                 // the start) was sent before any operator could see a grant to it, so it bounds
                 // the start of the operator's expiry clock from below. The planted bug counts
@@ -1920,7 +2011,7 @@ impl Model for LockModel {
                 let queued = if w.procs[i].req() == 1 { CLAIM_QUEUED_AT } else { w.procs[i].queued_at };
                 let (from, learned_late) = match self.cfg.bug {
                     Some(Bug::HolderClockFromLearning) => (start, false),
-                    _ => (queued, start >= queued + RENEW_DEADLINE),
+                    _ => (queued, start >= queued + deadline),
                 };
                 if w.procs[i].req() >= 2 {
                     w.events |= REQUESTED_AGAIN;
@@ -1947,7 +2038,7 @@ impl Model for LockModel {
             }
             Action::ClaimResumed(i) => {
                 w.procs[i].paused = false;
-                if w.now >= w.procs[i].last_renew + RENEW_DEADLINE {
+                if w.now >= w.procs[i].last_renew + w.procs[i].deadline {
                     w.procs[i].holding = None;
                 }
             }
@@ -2020,8 +2111,19 @@ impl Model for LockModel {
                 let owner = w.api.leases[0].as_ref().map_or(w.api.lock.uid, |l| l.owner);
                 let released = w.api.leases[0].as_ref().map_or(vec![], |l| l.released.clone());
                 let ceiling = w.api.leases[0].as_ref().and_then(|l| l.ceiling);
-                w.api.leases[0] =
-                    Some(LeaseObj { rv, holder, token, floor, renew: Some(rv), owner, next: None, released, ceiling });
+                let duration = w.api.leases[0].as_ref().map_or(w.api.lock.lease_secs, |l| l.duration);
+                w.api.leases[0] = Some(LeaseObj {
+                    rv,
+                    holder,
+                    token,
+                    floor,
+                    renew: Some(rv),
+                    owner,
+                    next: None,
+                    released,
+                    ceiling,
+                    duration,
+                });
             }
             Action::LockRecreated => {
                 w.faults += 1;
@@ -2034,11 +2136,19 @@ impl Model for LockModel {
                     highest: 0,
                     max_holders: w.api.lock.max_holders,
                     slot_tokens: vec![],
+                    lease_secs: w.api.lock.lease_secs,
                 };
             }
             Action::LeaseCollected(k) => {
                 w.api.leases[k] = None;
                 w.forget_releases();
+            }
+            Action::LeaseDurationLowered => {
+                let rv = w.rv();
+                (w.api.lock.lease_secs, w.api.lock.rv) = (LOWERED_LEASE_SECS, rv);
+                if w.procs.iter().any(|p| p.holding.is_some()) {
+                    w.events |= LOWERED_UNDER_HOLDER;
+                }
             }
             Action::MaxHoldersChanged => {
                 w.max_changed = true;
@@ -2074,6 +2184,8 @@ impl Model for LockModel {
             Property::sometimes(WAITER_HINT, |_, w: &World| w.events & WAITER_HINT_GRANTED != 0),
             Property::sometimes(WAITER_TAKE, |_, w: &World| w.events & WAITER_TOOK != 0),
             Property::sometimes(UNANSWERED_TAKE, |_, w: &World| w.events & UNANSWERED_TAKE_LEARNED != 0),
+            Property::sometimes(LOWERED_UNDER, |_, w: &World| w.events & LOWERED_UNDER_HOLDER != 0),
+            Property::sometimes(LOWERED_GRANT, |_, w: &World| w.events & LOWERED_GRANT_LEARNED != 0),
             Property::sometimes(TWO_AT_ONCE, |_, w: &World| w.running().iter().filter(|r| !r.1).count() >= 2),
         ]
     }
@@ -2454,6 +2566,36 @@ fn a_planted_bug_unanswered_take_assumed_landed_is_caught() {
     planted_violates(Bug::LostTakeAssumedLanded, cfg, 9, I1);
 }
 
+/// The lock's `leaseDurationSeconds` lowered from 3 to 1 at any moment (a newcomer trial found
+/// that cutting it under a running holder let the next waiter run beside it): a grant keeps the
+/// value its Lease was written with while it holds (`grant::lease_duration_to_write`), the
+/// operator expires it by the longer of that and the lock's (`grant::expiry_of`), and a holder
+/// renews against the shorter of what it read before queueing and its grant's Lease
+/// (`holder::granted_timings`). Two claims with renewals, expiry and a pause, a fault and a
+/// restart.
+const LEASE_LOWERED: Config = Config { claims: 2, max_time: 4, lower_lease: true, ..Config::BASE };
+
+#[test]
+fn the_lease_duration_lowered_under_a_holder_and_a_waiter() {
+    assert_safe("lease-lowered", LEASE_LOWERED, LEASE_LOWERED_DEPTH, &[LOWERED_UNDER, LOWERED_GRANT]);
+}
+
+/// The operator expiring a holder by the lock's lowered value (the hole as it was) is caught (I1).
+#[test]
+fn a_planted_bug_expiry_by_the_lowered_spec_is_caught() {
+    planted_violates(Bug::ExpiryBySpec, LEASE_LOWERED, LEASE_LOWERED_PLANTED_DEPTH, I1);
+}
+
+/// A holder renewing against the lease duration it read before the value was lowered, not its
+/// grant's, is caught (I1): granted under 1 s, it counts itself held for 2 s, and the operator
+/// grants the other claim after 1 s.
+#[test]
+fn a_planted_bug_holder_keeps_the_read_lease_duration_is_caught() {
+    planted_violates(Bug::HolderKeepsReadDuration, LEASE_LOWERED, LEASE_LOWERED_PLANTED_DEPTH, I1);
+}
+
+const LEASE_LOWERED_DEPTH: usize = 11;
+const LEASE_LOWERED_PLANTED_DEPTH: usize = 10;
 const WAITER_HINT_DEPTH: usize = 12;
 const WAITER_TAKE_UNANSWERED_DEPTH: usize = 9;
 const WAITER_HINT_2OPS_DEPTH: usize = 10;

@@ -386,6 +386,7 @@ fn snapshot(view: &View, l: usize, fresh: Option<i64>, cfg: &Config, renewing: b
         next: None,
         released: vec![],
         ceiling: None,
+        lease_duration: None,
     });
     Snapshot {
         settings: Settings {

@@ -46,6 +46,7 @@ fn lease(holder: Option<&str>, token: i64) -> LeaseView {
         next: None,
         released: vec![],
         ceiling: None,
+        lease_duration: None,
     }
 }
 

@@ -195,6 +195,37 @@ pub struct LeaseView {
     /// single-holder lock; a waiter that arrives by the Lease ([`lease_arrival`]) takes a token
     /// only up to it. `None` when absent or unreadable (then nobody arrives by the Lease).
     pub ceiling: Option<i64>,
+    /// `spec.leaseDurationSeconds`: the lease duration of the grant the Lease records (written
+    /// at the grant, kept while the same grant holds: [`lease_duration_to_write`]); the holder
+    /// renews against it, and the operator expires that holder no sooner ([`expiry_of`]).
+    /// `None` when absent or not positive.
+    pub lease_duration: Option<Duration>,
+}
+
+/// The `spec.leaseDurationSeconds` an operator's write of a Lease (`observed`, `None` for a
+/// create) that names `holder` sets: the observed Lease's own value while it names the same grant
+/// (holder UID and token), otherwise `lock`, the lock's `spec.leaseDurationSeconds` as read now.
+/// A holder's renew deadline is set by the value of its grant's Lease (`holder::LockGuard`),
+/// so a lease duration lowered on the lock reaches the next grant, never a running one: found by
+/// a newcomer trial (cutting 60 s to 3 s under a running holder let the next waiter run beside it
+/// for about 15 s), checked by the model checker (`tests/model.rs`, run "lease-lowered").
+pub fn lease_duration_to_write(observed: Option<&LeaseView>, holder: Option<&Grant>, lock: Duration) -> Duration {
+    match (observed, holder) {
+        (Some(l), Some(g))
+            if l.token == g.token && l.holder.as_ref().is_some_and(|h| h.uid.as_deref() == Some(g.uid.as_str())) =>
+        {
+            l.lease_duration.unwrap_or(lock)
+        }
+        _ => lock,
+    }
+}
+
+/// How long a claim holder of `lease` may go without a renewal before the operator takes the
+/// grant back: the lock's `spec.leaseDurationSeconds` (`settings`) or, when longer, the Lease's
+/// own (the value its grant was made with, [`lease_duration_to_write`]): a lease duration lowered
+/// on the lock after the grant does not shorten the time the holder was promised.
+pub fn expiry_of(settings: &Settings, lease: Option<&LeaseView>) -> Duration {
+    settings.lease_duration.max(lease.and_then(|l| l.lease_duration).unwrap_or_default())
 }
 
 /// The candidate UID of request `request` of a standing claim (`spec.request`, issue 12):
@@ -861,12 +892,13 @@ fn holder_state(obs: &Observation<'_>, lease: &LeaseView, queue: &[&Candidate]) 
     let Some(h) = &lease.holder else { return HolderState::Free };
     let release = |reason| HolderState::Released(Release { name: h.name.clone(), token: lease.token, reason });
     let found = obs.pods.iter().find(|p| p.identity == h.name && Some(&p.uid) == h.uid.as_ref());
+    let expiry = expiry_of(&obs.settings, Some(lease));
     // A claim holder holds while its process renews, whatever happens to the claim object
     // (deleted, or marked Rejected by someone): its process may still run, so the lock is free
     // only once the lease expired, or the holder released it.
     let claim_holder = found.map_or(h.kind == HolderKind::Claim, |c| c.kind == HolderKind::Claim);
     if claim_holder && found.is_none_or(|c| c.is_terminal() || c.deleting) {
-        if obs.holder_renewed_ago.is_some_and(|d| d >= obs.settings.lease_duration) {
+        if obs.holder_renewed_ago.is_some_and(|d| d >= expiry) {
             return release(ReleaseReason::Expired);
         }
         let orphan = Grant {
@@ -902,7 +934,7 @@ fn holder_state(obs: &Observation<'_>, lease: &LeaseView, queue: &[&Candidate]) 
         // set: one that stopped (it crashed, or gave up) is rejected as a whole first (a
         // compare-and-swap on the claim, so it can no longer be granted the set), and only then,
         // with the claim terminal, does the Lease move on (the claim-holder expiry above).
-        if c.kind == HolderKind::Claim && obs.holder_renewed_ago.is_some_and(|d| d >= obs.settings.lease_duration) {
+        if c.kind == HolderKind::Claim && obs.holder_renewed_ago.is_some_and(|d| d >= expiry) {
             return HolderState::Expire(
                 g,
                 Reject {
@@ -924,10 +956,7 @@ fn holder_state(obs: &Observation<'_>, lease: &LeaseView, queue: &[&Candidate]) 
         }
         return HolderState::Holds(g, None);
     }
-    if c.kind == HolderKind::Claim
-        && !c.gated
-        && obs.holder_renewed_ago.is_some_and(|d| d >= obs.settings.lease_duration)
-    {
+    if c.kind == HolderKind::Claim && !c.gated && obs.holder_renewed_ago.is_some_and(|d| d >= expiry) {
         return release(ReleaseReason::Expired);
     }
     if c.gated || c.token != Some(lease.token) {
@@ -994,7 +1023,7 @@ pub(crate) fn min_some(a: Option<Duration>, b: Option<Duration>) -> Option<Durat
 /// When the earliest running timeout (start or node loss) of the current holder expires.
 fn next_timeout(obs: &Observation<'_>) -> Option<Duration> {
     let start = obs.holder_pending_for.map(|d| obs.settings.start_timeout.saturating_sub(d));
-    let renew = obs.holder_renewed_ago.map(|d| obs.settings.lease_duration.saturating_sub(d));
+    let renew = obs.holder_renewed_ago.map(|d| expiry_of(&obs.settings, obs.lease).saturating_sub(d));
     let node = obs.holder_node_lost_for.map(|d| obs.settings.node_loss_timeout.saturating_sub(d));
     min_some(min_some(start, node), renew)
 }

@@ -673,6 +673,7 @@ mod tests {
                 next: Some(Next { identity: "b".into(), uid: "uid-b".into(), token: 5 }),
                 released: vec![],
                 ceiling: None,
+                lease_duration: None,
             }),
             renew_marker: Some(marker.into()),
             extra_slots: vec![],
@@ -702,6 +703,30 @@ mod tests {
         match s.plan.decision {
             Decision::UpdateLease { holder: Some(g), released: Some(r), .. } => {
                 assert_eq!((g.name.as_str(), g.token, r.reason), ("b", 5, ReleaseReason::Expired));
+            }
+            other => panic!("expected a handover to b, got {other:?}"),
+        }
+    }
+
+    /// The lock's lease duration lowered under a running claim holder (15 s to 3 s): the holder
+    /// renews against its grant's Lease (15 s), so the operator expires it by that, not by the
+    /// lock's new value; its timer is armed for the same (no wake-up loop at 3 s).
+    #[test]
+    fn a_lowered_lease_duration_does_not_expire_the_running_grant_sooner() {
+        let lowered = |marker: &str| {
+            let mut snap = snapshot(marker);
+            snap.settings.lease_duration = secs(3);
+            snap.lease.as_mut().unwrap().lease_duration = Some(secs(15));
+            snap
+        };
+        let s = step(&lowered("r1"), secs(100), &Clocks::default()).unwrap();
+        assert!(matches!(s.plan.decision, Decision::Idle { requeue_after: Some(d) } if d == secs(15)), "{:?}", s.plan);
+        let s = step(&lowered("r1"), secs(114), &s.clocks).unwrap();
+        assert!(matches!(s.plan.decision, Decision::Idle { requeue_after: Some(d) } if d == secs(1)), "{:?}", s.plan);
+        let s = step(&lowered("r1"), secs(115), &s.clocks).unwrap();
+        match s.plan.decision {
+            Decision::UpdateLease { holder: Some(g), released: Some(r), .. } => {
+                assert_eq!((g.name.as_str(), r.reason), ("b", ReleaseReason::Expired));
             }
             other => panic!("expected a handover to b, got {other:?}"),
         }
@@ -783,6 +808,7 @@ mod tests {
             next: None,
             released: vec![],
             ceiling: None,
+            lease_duration: None,
         });
         snap.candidates = vec![claim("b", 2, None), claim("c", 3, None)];
         let s = step(&snap, secs(1), &Clocks::default()).unwrap();
@@ -879,8 +905,7 @@ mod tests {
 
     /// A semaphore of `max` slots, every slot's Lease free, these candidates.
     fn semaphore(max: u32, candidates: Vec<Candidate>) -> Snapshot {
-        let free =
-            LeaseView { holder: None, token: 0, floor: 0, trusted: true, next: None, released: vec![], ceiling: None };
+        let free = LeaseView { holder: None, token: 0, floor: 0, trusted: true, ..LeaseView::default() };
         let extra = (1..max).map(|_| SlotLease { lease: Some(free.clone()), renew_marker: None }).collect();
         Snapshot {
             lease: Some(free),
@@ -904,6 +929,7 @@ mod tests {
             next: None,
             released: vec![],
             ceiling: None,
+            lease_duration: None,
         };
         match k {
             0 => s.lease = Some(view),

@@ -49,6 +49,7 @@ fn lease(holder: Option<&str>, token: i64) -> LeaseView {
         next: None,
         released: vec![],
         ceiling: None,
+        lease_duration: None,
     }
 }
 
@@ -630,6 +631,7 @@ fn a_recreated_lease_is_held_for_a_lease_duration_while_a_claim_may_hold_unrecor
         next: None,
         released: vec![],
         ceiling: None,
+        lease_duration: None,
     };
     let o = Observation { ceiling: 2000, holder_renewed_ago: Some(Duration::from_secs(14)), ..obs(Some(&held), &pods) };
     let plan = decide(&o).unwrap();
