@@ -453,6 +453,34 @@ async fn a_lost_lock_stops_the_whole_command_group_even_when_it_ignores_sigterm(
     ns.cleanup().await;
 }
 
+/// The same with a terminal as standard input: the command stays in `leasehold lock`'s process
+/// group (the terminal's foreground group), so no group kill can reach its children; the
+/// grandchild that ignores SIGTERM (orphaned once `sh` is killed) is found below `leasehold lock`,
+/// a child subreaper, and stopped. Found by a newcomer trial: it used to run on for ever.
+#[tokio::test]
+async fn a_lost_lock_stops_the_command_s_children_when_standard_input_is_a_terminal() {
+    let mut ns = TestNs::new("killtty").await;
+    ns.create_lock("l", json!({"leaseDurationSeconds": 3})).await;
+    ns.start_operator(&[]);
+    let script = "trap '' TERM; sleep 600 & echo grandchild=$!; wait; wait";
+    let args = ["l", "--identity", "stubborn", "--renew-period", "400ms", "--", "sh", "-c", script];
+    let mut p = ns.lock_process_on_terminal("tty", &args);
+    p.wait_output("command started", "grandchild=").await;
+    let out = p.output();
+    let pid: i32 = out.split("grandchild=").nth(1).unwrap().lines().next().unwrap().trim().parse().unwrap();
+    assert!(runs(pid));
+    let lp = p.child.id() as i32;
+    let group = |pid: i32| nix::unistd::getpgid(Some(nix::unistd::Pid::from_raw(pid))).ok();
+    assert_eq!(group(pid), group(lp), "with a terminal the command shares leasehold lock's process group");
+    let take = json!({"spec": {"holderIdentity": "intruder"}});
+    ns.api::<Lease>().patch("l", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&take)).await.unwrap();
+    let lost = Instant::now();
+    assert_eq!(p.wait_exit().await, 5, "exit status for a lost lock; log:\n{}", p.output());
+    wait_until("the grandchild is dead", Duration::from_secs(3), || async move { !runs(pid) }).await;
+    assert!(lost.elapsed() < Duration::from_secs(3), "the grandchild outlived the lease: {:?}", lost.elapsed());
+    ns.cleanup().await;
+}
+
 /// A waiter whose claim is deleted while it waits gives up with an error instead of waiting
 /// forever; a kill grace that does not fit inside the lease is refused before queueing.
 #[tokio::test]

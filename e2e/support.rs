@@ -444,6 +444,9 @@ pub struct LockProcess {
     pub child: Child,
     /// Combined stdout/stderr.
     pub log: PathBuf,
+    /// The controller side of the pseudo-terminal its standard input is, if it is one
+    /// ([`TestNs::lock_process_on_terminal`]): kept open while the process runs.
+    pub terminal: Option<std::os::fd::OwnedFd>,
 }
 
 impl LockProcess {
@@ -503,8 +506,21 @@ impl TestNs {
         self.lock_process_as(tag, &self.kubeconfig, args)
     }
 
+    /// Like [`TestNs::lock_process`], with a pseudo-terminal (nix `openpty`) as standard input:
+    /// `leasehold lock` then takes the command for an interactive one (same process group).
+    pub fn lock_process_on_terminal(&self, tag: &str, args: &[&str]) -> LockProcess {
+        let pty = nix::pty::openpty(None, None).expect("openpty");
+        let mut p = self.lock_process_with(tag, &self.kubeconfig, args, Stdio::from(pty.slave));
+        p.terminal = Some(pty.master);
+        p
+    }
+
     /// Like [`TestNs::lock_process`], authenticated by `kubeconfig` (another identity).
     pub fn lock_process_as(&self, tag: &str, kubeconfig: &std::path::Path, args: &[&str]) -> LockProcess {
+        self.lock_process_with(tag, kubeconfig, args, Stdio::null())
+    }
+
+    fn lock_process_with(&self, tag: &str, kubeconfig: &std::path::Path, args: &[&str], stdin: Stdio) -> LockProcess {
         use std::os::unix::process::CommandExt;
         let dir = repo().join("target/e2e-logs");
         std::fs::create_dir_all(&dir).unwrap();
@@ -519,13 +535,13 @@ impl TestNs {
             .env("KUBECONFIG", kubeconfig)
             .env("PATH", path)
             .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
+            .stdin(stdin)
             .stdout(file.try_clone().unwrap())
             .stderr(file)
             .process_group(0)
             .spawn()
             .expect("start leasehold lock");
-        LockProcess { child, log }
+        LockProcess { child, log, terminal: None }
     }
 }
 

@@ -394,7 +394,12 @@ fn kill_grace(asked: Option<Duration>, lease: Duration, deadline: Duration) -> R
 ///
 /// Unless standard input is a terminal (an interactive command must stay in the terminal's
 /// foreground process group), the command runs in a process group of its own, and signals go to
-/// the whole group: the children of `sh -c` are stopped with it.
+/// the whole group: the children of `sh -c` are stopped with it. Either way this process is a
+/// child subreaper (prctl `PR_SET_CHILD_SUBREAPER`, Linux): what the command leaves behind (a
+/// grandchild whose parent exited, a daemon that forked away or called `setsid`) is re-parented
+/// here, not to init, and a lost lock or the command's exit stops every process below this one
+/// ([`below_this_process`]), whatever its process group: with a terminal, the command's
+/// children too (found by a newcomer trial: they outlived the lease).
 async fn supervise<G: Held>(
     args: LockArgs,
     guard: G,
@@ -406,6 +411,9 @@ async fn supervise<G: Held>(
     use std::io::IsTerminal;
     let (program, rest) = args.command.split_first().ok_or_else(|| anyhow::anyhow!("no command given"))?;
     let own_group = !std::io::stdin().is_terminal();
+    if let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
+        tracing::warn!(error = %e, "cannot become a child subreaper: a process the command leaves behind may outlive the lock");
+    }
     let mut command = Command::new(program);
     command.args(rest).envs(env);
     if own_group {
@@ -423,7 +431,8 @@ async fn supervise<G: Held>(
     let raw = child.id().map(|p| p as i32).unwrap_or(0);
     // kill(2) with a negative pid signals the process group.
     let pid = Pid::from_raw(if own_group { -raw } else { raw });
-    let _watchdog = start_watchdog(&guard, raw, own_group, deadline, grace);
+    let watchdog = start_watchdog(&guard, raw, own_group, deadline, grace);
+    let spared = watchdog.as_ref().and_then(|w| w.id()).map(|p| p as i32);
     loop {
         tokio::select! {
             status = child.wait() => {
@@ -432,6 +441,8 @@ async fn supervise<G: Held>(
                     // What the command left behind in its group must not run on without the lock.
                     let _ = kill(pid, Signal::SIGKILL);
                 }
+                // And what it left behind outside its group.
+                signal_below(Signal::SIGKILL, spared);
                 // Ended by the watchdog, or while this process was paused past the deadline:
                 // the command did not finish under the lock.
                 if guard.is_lost() || guard.last_renewal().borrow().elapsed() >= deadline {
@@ -447,7 +458,15 @@ async fn supervise<G: Held>(
             reason = guard.lost() => {
                 eprintln!("leasehold lock: lost lock {} ({reason}); stopping the command", args.lock);
                 let _ = kill(pid, Signal::SIGTERM);
-                if tokio::time::timeout(grace, child.wait()).await.is_err() {
+                signal_below(Signal::SIGTERM, spared);
+                // The grace, for the command and everything it started.
+                let all_gone = async {
+                    let _ = child.wait().await;
+                    while !below_this_process(spared).is_empty() {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                };
+                if tokio::time::timeout(grace, all_gone).await.is_err() {
                     let _ = kill(pid, Signal::SIGKILL);
                     let _ = child.wait().await;
                 }
@@ -455,6 +474,7 @@ async fn supervise<G: Held>(
                     // The command is gone; its group may not be (a child that ignored SIGTERM).
                     let _ = kill(pid, Signal::SIGKILL);
                 }
+                signal_below(Signal::SIGKILL, spared);
                 let _ = guard.release().await;
                 return Ok(EXIT_LOST);
             }
@@ -462,6 +482,39 @@ async fn supervise<G: Held>(
                 let _ = kill(pid, sig);
             }
         }
+    }
+}
+
+/// Every live process below this one (its children, theirs, and so on; a zombie is not live),
+/// but `spared` and what runs below it: the command and, with this process a child subreaper,
+/// whatever the command started, even after its parent exited. Read from `/proc` (the `procfs`
+/// crate: each process's `ppid`); empty when `/proc` cannot be read.
+fn below_this_process(spared: Option<i32>) -> Vec<i32> {
+    let Ok(all) = procfs::process::all_processes() else { return vec![] };
+    let mut children: std::collections::HashMap<i32, Vec<(i32, bool)>> = std::collections::HashMap::new();
+    for stat in all.flatten().filter_map(|p| p.stat().ok()) {
+        children.entry(stat.ppid).or_default().push((stat.pid, stat.state == 'Z'));
+    }
+    let mut out = vec![];
+    let mut todo = vec![std::process::id() as i32];
+    while let Some(p) = todo.pop() {
+        for &(c, zombie) in children.get(&p).map_or(&[][..], Vec::as_slice) {
+            if Some(c) == spared {
+                continue;
+            }
+            if !zombie {
+                out.push(c);
+            }
+            todo.push(c);
+        }
+    }
+    out
+}
+
+/// Sends `sig` to every process [`below_this_process`] (but `spared`).
+fn signal_below(sig: Signal, spared: Option<i32>) {
+    for p in below_this_process(spared) {
+        let _ = kill(Pid::from_raw(p), sig);
     }
 }
 
