@@ -44,7 +44,10 @@
 //!   another lock object controls: `LeaseNotOwned`), pods and claims keeping the tokens the
 //!   old object granted.
 //! - **Time**: whole seconds; `leaseDurationSeconds` 3, renew deadline 2, node-loss timeout 3
-//!   (or 1), start timeout 10 000 (effectively off) or 1.
+//!   (or 1), start timeout 10 000 (effectively off) or 1. Someone may lower the lock's
+//!   `leaseDurationSeconds` to 1 once ([`Action::LeaseDurationLowered`]); a Lease carries the
+//!   value of the grant it names, and each process renews against the shorter of the value it
+//!   read before queueing and its grant's ([`renew_deadline`]).
 //!
 //! - **Semaphores** (issue 14): `spec.maxHolders` (1 or 2, or unset: a single-holder lock), one
 //!   Lease per slot, each holder's slot on its pod or claim; someone may change `maxHolders` once
