@@ -365,3 +365,44 @@ async fn a_claim_with_a_lock_set_is_granted_only_with_every_lock_and_one_that_ne
 
 /// Waits of the claim-set test: a grant and a lease expiry (3 s) with room for a loaded machine.
 const WAIT_SET: Duration = Duration::from_secs(60);
+
+/// A lock set's holder that read 20 s on both locks, granted `a` tentatively after `a` was cut to
+/// 3 s, renews that tentative grant at once and then at the pace of its 3 s
+/// (`holder::granted_timings`): 8 s later its claim still waits (at the 6.7 s pace it read, the
+/// operator would have rejected it, `HolderLeaseExpired`), and once `b` is free the set is
+/// granted, `a` held under its 3 s. Read -> cut -> grant is forced by stopping the operator.
+#[tokio::test]
+async fn a_lock_set_granted_under_a_lowered_lease_duration_renews_at_its_pace() {
+    use leasehold::holder::Holder;
+    use leasehold::holder_set::SetHolder;
+    let mut ns = TestNs::new("set-lowered").await;
+    ns.create_lock("a", json!({"leaseDurationSeconds": 20})).await;
+    ns.create_lock("b", json!({"leaseDurationSeconds": 20})).await;
+    let op = ns.start_operator(&[]);
+    let x = Holder::new(ns.client.clone(), &ns.ns, "b", "x").one_shot();
+    let held_b = x.acquire(Some(WAIT_SET)).await.expect("x acquires b");
+    let pid = ns.operator_pid(op).to_string();
+    let signal = |sig: &str| assert!(std::process::Command::new("kill").args([sig, &pid]).status().unwrap().success());
+    signal("-STOP");
+    let set = SetHolder::new(ns.client.clone(), &ns.ns, &["a".to_string(), "b".to_string()], "s-host").unwrap();
+    let ticket = set.enqueue().await.expect("the set queues");
+    assert_eq!(ticket.lease_duration(), Duration::from_secs(20));
+    let body = json!({"spec": {"leaseDurationSeconds": 3}});
+    let locks = ns.api::<leasehold::crd::DistributedLock>();
+    locks.patch("a", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&body)).await.unwrap();
+    signal("-CONT");
+    let waiting = tokio::spawn(async move { ticket.wait(Some(Duration::from_secs(120))).await });
+    wait_until("a names the set tentatively", WAIT_SET, || async {
+        lease_of(&ns, "a").await.0.as_deref() == Some("s-host")
+    })
+    .await;
+    let lease = ns.api::<k8s_openapi::api::coordination::v1::Lease>().get("a").await.unwrap();
+    assert_eq!(lease.spec.and_then(|s| s.lease_duration_seconds), Some(3), "a's tentative grant is written with 3 s");
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    assert!(!waiting.is_finished(), "the set still waits for b (not rejected for a missed renewal)");
+    held_b.release().await.expect("x releases b");
+    let guard = waiting.await.unwrap().expect("the set is granted");
+    assert_eq!((guard.lease_duration(), guard.renew_deadline()), (Duration::from_secs(3), Duration::from_secs(2)));
+    guard.release().await.expect("the set releases");
+    ns.cleanup().await;
+}

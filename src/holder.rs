@@ -1857,7 +1857,7 @@ impl KnownLease {
     }
 
     /// The `spec.leaseDurationSeconds` of the Lease last known whole (`None` for a version only).
-    fn lease_duration(&self) -> Option<Duration> {
+    pub(crate) fn lease_duration(&self) -> Option<Duration> {
         match &*self.known.lock().unwrap_or_else(|e| e.into_inner()) {
             Some(Known::Object(l)) => crate::lease::view(l).lease_duration,
             _ => None,

@@ -46,7 +46,7 @@ use tokio::sync::watch;
 use crate::crd::{ClaimPhase, DistributedLock, DistributedLockClaim, DistributedLockClaimSpec, OnBusy};
 use crate::holder::{
     Holder, HolderError, KnownLease, LockGuard, LostReason, Resolved, Single, Timings, clear_holder, delete_claim,
-    renew_by_read, resolve_timings,
+    granted_timings, renew_by_read, resolve_timings,
 };
 
 /// The most locks one claim may ask for (the CRD's `spec.locks` bound).
@@ -260,21 +260,15 @@ impl SetTicket {
         let mut events =
             watcher(self.claims.clone(), watcher::Config::default().fields(&by_name)).default_backoff().boxed();
         let leases: Api<Lease> = Api::namespaced(self.holder.client.clone(), &self.holder.namespace);
-        let mut tick = tokio::time::interval(self.timings.renew_period);
+        let mut period = self.timings.renew_period;
+        let mut tick = tokio::time::interval(period);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut listed = false;
+        // The locks the claim's status records as tentatively granted, as last seen.
+        let mut recorded: Vec<String> = vec![];
         loop {
-            tokio::select! {
-                _ = tick.tick() => {
-                    // Renew the tentative grants: one GET per lock, a write only where the Lease
-                    // names this claim.
-                    for lock in &self.holder.locks {
-                        let fresh = KnownLease::default();
-                        if let Err(e) = renew_by_read(&leases, lock, &self.holder.identity, &self.claim_uid, &fresh).await {
-                            tracing::debug!(error = %e, lock, "renewing a tentative grant failed (retried)");
-                        }
-                    }
-                }
+            let renew_now = tokio::select! {
+                _ = tick.tick() => true,
                 ev = events.next() => {
                     let c = match ev {
                         Some(Ok(watcher::Event::Apply(c) | watcher::Event::InitApply(c))) => c,
@@ -302,7 +296,34 @@ impl SetTicket {
                         Some(ClaimPhase::Expired) => return Err(HolderError::Expired(status.message.unwrap_or_default())),
                         _ => {}
                     }
+                    // A new tentative grant: renew it at once, which also learns its lease
+                    // duration (below), rather than up to a renew period later.
+                    let now: Vec<String> = status.tokens.keys().cloned().collect();
+                    let new_grant = now.iter().any(|l| !recorded.contains(l));
+                    recorded = now;
+                    new_grant
                 }
+            };
+            if !renew_now {
+                continue;
+            }
+            // Renew the tentative grants: one GET per lock, a write only where the Lease names
+            // this claim; at the pace of the shortest lease duration they were granted with (a
+            // value lowered on a lock after this holder read it applies to its grant:
+            // `holder::granted_timings`).
+            let mut timings = self.timings;
+            for lock in &self.holder.locks {
+                let fresh = KnownLease::default();
+                match renew_by_read(&leases, lock, &self.holder.identity, &self.claim_uid, &fresh).await {
+                    Ok(true) => timings = granted_timings(timings, fresh.lease_duration(), self.holder.timings),
+                    Ok(false) => {}
+                    Err(e) => tracing::debug!(error = %e, lock, "renewing a tentative grant failed (retried)"),
+                }
+            }
+            if timings.renew_period < period {
+                period = timings.renew_period;
+                tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             }
         }
     }
