@@ -102,7 +102,8 @@ pub struct LockArgs {
     #[arg(long, env = "LEASEHOLD_IDENTITY")]
     pub identity: Option<String>,
     /// Give up (exit 4) when the lock is not granted within this time (default: wait forever).
-    #[arg(long, conflicts_with = "try", value_parser = duration)]
+    /// Must be positive: `--try` is the way not to wait.
+    #[arg(long, conflicts_with = "try", value_parser = positive_duration)]
     pub wait_timeout: Option<humantime::Duration>,
     /// Fail at once (exit 3) when the lock is busy.
     #[arg(long = "try")]
@@ -226,6 +227,16 @@ fn duration(value: &str) -> Result<humantime::Duration, String> {
         .map_err(|e| format!("{e}: expected a duration such as 30s, 1500ms, 5m or 1h30m"))
 }
 
+/// [`duration`], refusing zero (a wait that times out before its claim can be granted, even on
+/// a free lock: a newcomer trial's finding).
+fn positive_duration(value: &str) -> Result<humantime::Duration, String> {
+    let d = duration(value)?;
+    if d.is_zero() {
+        return Err("must be positive; to give up at once when the lock is busy, use --try".into());
+    }
+    Ok(d)
+}
+
 #[cfg(test)]
 mod tests {
     use clap::Parser;
@@ -241,5 +252,10 @@ mod tests {
         assert!(text.contains("expected a duration such as 30s, 1500ms, 5m or 1h30m"), "{text}");
         let ok = Cli::try_parse_from(["leasehold", "lock", "l", "--kill-grace", "1500ms", "--", "true"]);
         assert!(ok.is_ok(), "{:?}", ok.err());
+        let zero = Cli::try_parse_from(["leasehold", "lock", "l", "--wait-timeout", "0s", "--", "true"]).unwrap_err();
+        assert!(
+            zero.to_string().contains("must be positive; to give up at once when the lock is busy, use --try"),
+            "{zero}"
+        );
     }
 }

@@ -1416,12 +1416,26 @@ async fn clear_hint(leases: &Api<Lease>, lease_name: &str, uid: &str) {
     }
 }
 
-/// Checks and fills in the timings: lease > renew deadline > renew period >= retry period > 0.
-/// An error names each timing's value and whether it was set or defaulted (and from what), so
-/// a user who set one flag learns which default it collides with.
+/// The shortest retry period: a defaulted one is raised to it, a set one below it is refused.
+pub const MIN_RETRY_PERIOD: Duration = Duration::from_millis(100);
+
+/// Checks and fills in the timings: lease > renew deadline > renew period >= retry period >=
+/// [`MIN_RETRY_PERIOD`]. An error names each timing's value and whether it was set or defaulted
+/// (and from what), so a user who set one flag learns which default it collides with; a value
+/// set to zero, or a retry period set below the minimum, is refused by its own name first.
 pub(crate) fn resolve_timings(lease: Duration, t: Timings) -> Result<Resolved, HolderError> {
+    for (name, set) in [("renew deadline", t.renew_deadline), ("renew period", t.renew_period)] {
+        if set.is_some_and(|d| d.is_zero()) {
+            return Err(HolderError::InvalidTimings(format!("{name} 0s (as set) must be positive")));
+        }
+    }
+    if let Some(r) = t.retry_period.filter(|r| *r < MIN_RETRY_PERIOD) {
+        return Err(HolderError::InvalidTimings(format!(
+            "retry period {r:?} (as set) must be at least {MIN_RETRY_PERIOD:?}: a tighter loop of renewals only loads the API server"
+        )));
+    }
     let deadline = t.renew_deadline.unwrap_or(lease * 2 / 3);
-    let retry = t.retry_period.unwrap_or(lease * 2 / 15).max(Duration::from_millis(100));
+    let retry = t.retry_period.unwrap_or((lease * 2 / 15).max(MIN_RETRY_PERIOD));
     let period = t.renew_period.unwrap_or((lease / 3).max(retry));
     let src = |set: Option<Duration>, default: &'static str| if set.is_some() { "as set" } else { default };
     let d_src = src(t.renew_deadline, "the default: 2/3 of the lease duration");
@@ -2463,5 +2477,26 @@ mod tests {
         };
         assert!(m.contains("retry period 2s (the default: 2/15 of the lease duration"), "{m}");
         assert!(m.contains("renew deadline 1s (as set)"), "{m}");
+        // A newcomer trial: zero blamed on another value, a set retry period silently raised.
+        let msg = |t: Timings| match resolve_timings(Duration::from_secs(15), t) {
+            Err(HolderError::InvalidTimings(m)) => m,
+            other => panic!("{t:?} must be refused, got {other:?}"),
+        };
+        let zero = Some(Duration::ZERO);
+        assert_eq!(
+            msg(Timings { renew_deadline: zero, ..Timings::default() }),
+            "renew deadline 0s (as set) must be positive"
+        );
+        assert_eq!(
+            msg(Timings { renew_period: zero, ..Timings::default() }),
+            "renew period 0s (as set) must be positive"
+        );
+        for r in [Duration::ZERO, Duration::from_millis(50)] {
+            let m = msg(Timings { retry_period: Some(r), ..Timings::default() });
+            assert!(m.starts_with(&format!("retry period {r:?} (as set) must be at least 100ms")), "{m}");
+        }
+        // A defaulted retry period is still raised to the minimum (a 1 s lease: 133 ms).
+        let t = resolve_timings(Duration::from_millis(600), Timings::default()).unwrap();
+        assert_eq!(t.retry_period, MIN_RETRY_PERIOD);
     }
 }
