@@ -481,6 +481,39 @@ async fn a_lost_lock_stops_the_command_s_children_when_standard_input_is_a_termi
     ns.cleanup().await;
 }
 
+/// A waiter paused (SIGSTOP) while it is granted the lock: the operator takes the unproved
+/// grant back after the lease duration and moves on; once resumed, `leasehold lock` queues again
+/// (a new claim, last in line) instead of giving up, and runs its command when granted anew,
+/// with a higher token. A newcomer trial found it exited 1.
+#[tokio::test]
+async fn a_waiter_paused_past_its_grant_queues_again() {
+    let mut ns = TestNs::new("paused-waiter").await;
+    ns.create_lock("l", json!({"leaseDurationSeconds": 3})).await;
+    ns.start_operator(&[]);
+    let a = ns.lock_process("a", &["l", "--identity", "a", "--", "sh", "-c", "echo a-runs; sleep 600"]);
+    a.wait_output("a runs", "a-runs").await;
+    let mut b = ns.lock_process("b", &["l", "--identity", "b", "--", "sh", "-c", "echo b=$LEASEHOLD_FENCING_TOKEN"]);
+    wait_until("b queued", WAIT, || async {
+        ns.kubectl(&["get", "distributedlockclaim", "-o", "name"]).contains("l-")
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    b.signal("STOP");
+    a.signal_group("TERM");
+    // b's grant, unproved, is taken back a lease duration later (the Lease moves on to nobody).
+    wait_until("b's grant is taken back", Duration::from_secs(20), || async {
+        ns.kubectl(&["get", "distributedlockclaim", "-o", "jsonpath={.items[*].status.phase}"]).contains("Expired")
+    })
+    .await;
+    b.signal("CONT");
+    assert_eq!(b.wait_exit().await, 0, "b queued again and ran; log:\n{}", b.output());
+    let out = b.output();
+    assert!(out.contains("queueing again"), "b says why it queued again:\n{out}");
+    let token: i64 = out.lines().find_map(|l| l.strip_prefix("b=")).unwrap().trim().parse().unwrap();
+    assert!(token >= 3, "b's new grant comes after the one taken back (a 1, b's first 2): {token}");
+    ns.cleanup().await;
+}
+
 /// A waiter whose claim is deleted while it waits gives up with an error instead of waiting
 /// forever; a kill grace that does not fit inside the lease is refused before queueing.
 #[tokio::test]

@@ -168,38 +168,53 @@ async fn run_inner(args: LockArgs) -> anyhow::Result<i32> {
         eprintln!("leasehold lock: {message}");
         return Ok(EXIT_ERROR);
     }
-    let ticket = holder.enqueue(on_busy).await?;
-    let ticket_deadline = ticket.renew_deadline();
-    let kill_grace = match kill_grace(args.kill_grace.map(Into::into), ticket.lease_duration(), ticket_deadline) {
-        Ok(g) => g,
-        Err(message) => {
-            // The lock's lease changed between the two reads.
+    let asked_wait: Option<Duration> = args.wait_timeout.map(Into::into);
+    let wait_until = asked_wait.map(|t| tokio::time::Instant::now() + t);
+    let (guard, kill_grace, ticket_deadline) = loop {
+        let ticket = holder.enqueue(on_busy).await?;
+        let ticket_deadline = ticket.renew_deadline();
+        let kill_grace = match kill_grace(args.kill_grace.map(Into::into), ticket.lease_duration(), ticket_deadline) {
+            Ok(g) => g,
+            Err(message) => {
+                // The lock's lease changed between the two reads.
+                ticket.cancel().await;
+                eprintln!("leasehold lock: {message}");
+                return Ok(EXIT_ERROR);
+            }
+        };
+        // Leave the queue cleanly when a signal ends the wait (each of them would end the process).
+        let progress = report_progress(&locks, &args.lock, ticket.claim_name(), args.progress_interval.into());
+        let left = wait_until.map(|u| u.saturating_duration_since(tokio::time::Instant::now()));
+        let acquired = tokio::select! {
+            r = ticket.wait(left) => r,
+            Some(sig) = signals.recv() => { ticket.cancel().await; return Ok(128 + sig as i32) }
+            never = progress => match never {},
+        };
+        if acquired.is_err() {
             ticket.cancel().await;
-            eprintln!("leasehold lock: {message}");
-            return Ok(EXIT_ERROR);
         }
-    };
-    // Leave the queue cleanly when a signal ends the wait (each of them would end the process).
-    let progress = report_progress(&locks, &args.lock, ticket.claim_name(), args.progress_interval.into());
-    let acquired = tokio::select! {
-        r = ticket.wait(args.wait_timeout.map(Into::into)) => r,
-        Some(sig) = signals.recv() => { ticket.cancel().await; return Ok(128 + sig as i32) }
-        never = progress => match never {},
-    };
-    if acquired.is_err() {
-        ticket.cancel().await;
-    }
-    let guard = match acquired {
-        Ok(g) => g,
-        Err(HolderError::Busy(lock)) => {
-            eprintln!("leasehold lock: lock {lock} is busy (--try)");
-            return Ok(EXIT_BUSY);
+        match acquired {
+            Ok(g) => break (g, kill_grace, ticket_deadline),
+            Err(HolderError::Busy(lock)) => {
+                eprintln!("leasehold lock: lock {lock} is busy (--try)");
+                return Ok(EXIT_BUSY);
+            }
+            Err(HolderError::WaitTimeout(_, lock)) => {
+                let e = HolderError::WaitTimeout(asked_wait.unwrap_or_default(), lock);
+                eprintln!("leasehold lock: {e}");
+                return Ok(EXIT_WAIT_TIMEOUT);
+            }
+            // The grant was taken back before this process could take it up (it was paused, or
+            // cut off, for a lease duration): it is someone else's turn now, and this process
+            // waits again, last in line, rather than give up (a newcomer trial's finding).
+            Err(e @ (HolderError::NotHolder(_) | HolderError::Expired(_) | HolderError::FirstRenewalTimeout(_))) => {
+                eprintln!(
+                    "leasehold lock: the grant of lock {} was taken back before this process took it up ({e}); queueing again",
+                    args.lock
+                );
+            }
+            Err(e) => return Err(e.into()),
         }
-        Err(e @ HolderError::WaitTimeout(..)) => {
-            eprintln!("leasehold lock: {e}");
-            return Ok(EXIT_WAIT_TIMEOUT);
-        }
-        Err(e) => return Err(e.into()),
     };
     let (guard, kill_grace, deadline) =
         match grant_grace(guard, args.kill_grace.map(Into::into), (kill_grace, ticket_deadline)).await? {
