@@ -27,6 +27,7 @@ run_dir=$(dirname "$KUBECONFIG")
 
 echo "==> 2/5 building leasehold (cargo build; the first build takes a few minutes)" >&2
 cargo build
+target_dir=$(cd "${CARGO_TARGET_DIR:-target}" && pwd)
 echo "==> 3/5 installing the CRD (kubectl apply -f crds/)" >&2
 kubectl apply -f crds/ >&2
 kubectl wait --for condition=established --timeout=60s crd/distributedlocks.leasehold.dev >&2
@@ -35,7 +36,7 @@ if [ -f "$run_dir/pids/leasehold.pid" ] && kill -0 "$(cat "$run_dir/pids/leaseho
   echo "==> operator already running" >&2
 else
   echo "==> 4/5 starting the operator (log: $run_dir/logs/leasehold.log)" >&2
-  setsid nohup "${CARGO_TARGET_DIR:-target}/debug/leasehold" operator --admin-addr 127.0.0.1:0 >"$run_dir/logs/leasehold.log" 2>&1 &
+  setsid nohup "$target_dir/debug/leasehold" operator --admin-addr 127.0.0.1:0 >"$run_dir/logs/leasehold.log" 2>&1 &
   echo $! >"$run_dir/pids/leasehold.pid"
   sleep 1
   if ! kill -0 "$(cat "$run_dir/pids/leasehold.pid")" 2>/dev/null; then
@@ -51,6 +52,11 @@ kubectl apply -f demo/lock-and-jobs.yaml >&2
 
 echo "==> watching (at most ${watch_for}s): one pod at a time holds the lock, tokens increase" >&2
 deadline=$((SECONDS + watch_for))
+# The first snapshot once the first grant is recorded (not an empty HOLDER column while the
+# Jobs' pods are still being created).
+while [ $SECONDS -lt $deadline ] && [ -z "$(kubectl get dlock nightly-report -o jsonpath='{.status.holder.name}' 2>/dev/null)" ]; do
+  sleep 0.5
+done
 while [ $SECONDS -lt $deadline ]; do
   echo "---- $(date +%T)"
   kubectl get dlock nightly-report
@@ -67,7 +73,9 @@ cat <<MSG
 
 Try it yourself:
   $export_line
-  export PATH=$bin:\$PATH
+  export PATH=$target_dir/debug:$bin:\$PATH
   kubectl get dlock -w
+  leasehold lock nightly-report -- sh -c 'echo "token \$LEASEHOLD_FENCING_TOKEN"; sleep 5'
+  leasehold status nightly-report
 Stop everything: make demo-down
 MSG
