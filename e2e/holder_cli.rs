@@ -808,3 +808,30 @@ async fn a_stopped_leasehold_lock_s_watchdog_counts_from_the_grant_s_last_renewa
 fn runs(pid: i32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))
 }
+
+/// The watchdog ignores a line that is not a number (it used to take it for the end of input and
+/// stop the command); the end of input (`leasehold lock` gone) still stops it at once.
+#[tokio::test]
+async fn the_watchdog_ignores_an_unparsable_line_and_stops_the_command_at_end_of_input() {
+    use std::io::Write;
+    let mut target = std::process::Command::new("sleep").arg("600").spawn().unwrap();
+    let pid = target.id() as i32;
+    let now = leasehold::watchdog::monotonic_now().unwrap().as_nanos().to_string();
+    let mut dog = std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["lock-watchdog", "--target", &pid.to_string(), "--renew-deadline-ms", "60000"])
+        .args(["--kill-grace-ms", "500", "--renewed-at-ns", &now])
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = dog.stdin.take().unwrap();
+    writeln!(stdin, "not a number").unwrap();
+    writeln!(stdin, "{now}").unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(runs(pid), "an unparsable line does not stop the command");
+    drop(stdin);
+    let closed = Instant::now();
+    wait_until("the command is stopped at end of input", Duration::from_secs(3), || async move { !runs(pid) }).await;
+    assert!(closed.elapsed() < Duration::from_secs(2));
+    let _ = target.kill();
+    let _ = dog.wait();
+}

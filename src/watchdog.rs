@@ -19,7 +19,10 @@
 //! Both moments are before the operator may grant the lock to anyone else, because
 //! `leasehold lock` refuses a kill grace with `renew deadline + kill grace >= lease duration`.
 //! The target is a process group (negative PID, as in kill(2)) when the command runs in one; the
-//! watchdog runs in that group, so a group kill also ends it. It exits when the target is gone.
+//! watchdog runs in that group, so a group kill also ends it. A PID target: it exits when the
+//! process is gone. A group target always has the watchdog in it, so it ends with the group's
+//! SIGKILL, its own or `leasehold lock`'s (which also kills it when it exits: `kill_on_drop`).
+//! A line that is not a number is ignored; a read error counts as end of input.
 
 use std::io::BufRead;
 use std::sync::mpsc::{self, RecvTimeoutError};
@@ -67,7 +70,8 @@ pub fn monotonic_of(t: Instant) -> Duration {
 }
 
 /// Runs the watchdog until its target is gone (or killed). Never returns an error: it is the
-/// last line of defence, and keeps going on unreadable input.
+/// last line of defence; a line that is not a number is ignored, and a read error counts as end
+/// of input (`leasehold lock` gone: the command is stopped).
 ///
 /// Must be called inside a Tokio runtime: the signals `leasehold lock` sends to the command's
 /// group (SIGTERM, and the ones it forwards) reach the watchdog too, and are caught so that they
@@ -91,7 +95,8 @@ pub fn run(args: WatchdogArgs) {
     std::thread::spawn(move || {
         for line in std::io::stdin().lock().lines() {
             let Ok(line) = line else { break };
-            if tx.send(line.trim().parse().ok()).is_err() {
+            let Ok(started_ns) = line.trim().parse::<u64>() else { continue };
+            if tx.send(Some(started_ns)).is_err() {
                 return;
             }
         }
