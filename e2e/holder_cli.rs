@@ -821,5 +821,6 @@ async fn the_watchdog_ignores_an_unparsable_line_and_stops_the_command_at_end_of
     wait_until("the command is stopped at end of input", Duration::from_secs(3), || async move { !runs(pid) }).await;
     assert!(closed.elapsed() < Duration::from_secs(2));
     let _ = target.kill();
+    let _ = target.wait();
     let _ = dog.wait();
 }

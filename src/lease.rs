@@ -408,9 +408,14 @@ mod tests {
         let held = created(&lock, 0, Some(&grant("c1/1", 5)), 0, Some(20), now).unwrap();
         assert_eq!((secs(&held), view(&held).lease_duration), (Some(60), Some(Duration::from_secs(60))));
         lock.spec.lease_duration_seconds = 3;
-        // The same grant written again (a hint set, a repair): 60 stays.
+        // The same grant written again (a hint set, a repair): 60 stays, whoever the Lease shows
+        // for its token (here a revoked holder's tombstone, with no holder UID).
         let again = updated(&lock, &held, Some(&grant("c1/1", 5)), None, None, Some(20), now);
         assert_eq!(secs(&again), Some(60));
+        let mut tombstone = again.clone();
+        tombstone.spec.as_mut().unwrap().holder_identity = Some("leasehold.dev/revoked-by-alice".into());
+        tombstone.metadata.annotations.as_mut().unwrap().remove(HOLDER_UID_ANNOTATION);
+        assert_eq!(secs(&updated(&lock, &tombstone, Some(&grant("", 5)), None, None, Some(20), now)), Some(60));
         // The next grant, or a free Lease: the lock's 3.
         assert_eq!(secs(&updated(&lock, &again, Some(&grant("c2/1", 6)), None, None, Some(20), now)), Some(3));
         assert_eq!(secs(&updated(&lock, &again, Some(&grant("c1/1", 6)), None, None, Some(20), now)), Some(3));
