@@ -824,3 +824,27 @@ async fn the_watchdog_ignores_an_unparsable_line_and_stops_the_command_at_end_of
     let _ = target.wait();
     let _ = dog.wait();
 }
+
+/// `leasehold lock` is the child subreaper of what its command leaves behind: an orphan (a
+/// `sleep 1` whose subshell exited at once) is adopted by it, and reaped once it exits while the
+/// command still runs, not left a zombie until the command ends (a review's finding: a command
+/// that keeps double-forking would pile them up against the pod's PID limit).
+#[tokio::test]
+async fn orphans_the_command_leaves_behind_are_adopted_and_reaped_while_it_runs() {
+    let mut ns = TestNs::new("reap").await;
+    ns.create_lock("l", json!({})).await;
+    ns.start_operator(&[]);
+    let script = "(sleep 1 & echo orphan=$!); sleep 9";
+    let mut p = ns.lock_process("reap", &["l", "--identity", "reaper", "--", "sh", "-c", script]);
+    p.wait_output("the command forked", "orphan=").await;
+    let out = p.output();
+    let orphan: i32 = out.split("orphan=").nth(1).unwrap().lines().next().unwrap().trim().parse().unwrap();
+    let me = p.child.id() as i32;
+    let parent = move || procfs::process::Process::new(orphan).and_then(|q| q.stat()).map(|st| st.ppid).ok();
+    wait_until("the orphan is adopted", Duration::from_secs(1), || async move { parent() == Some(me) }).await;
+    let gone = move || !std::path::Path::new(&format!("/proc/{orphan}")).exists();
+    wait_until("the orphan is reaped (not a zombie)", Duration::from_secs(7), || async move { gone() }).await;
+    assert!(p.child.try_wait().unwrap().is_none(), "reaped while the command still runs");
+    assert_eq!(p.wait_exit().await, 0, "log:\n{}", p.output());
+    ns.cleanup().await;
+}

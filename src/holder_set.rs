@@ -229,7 +229,8 @@ impl SetTicket {
         };
         let mut guards = vec![];
         for (lock, timings) in self.holder.locks.iter().zip(&self.each) {
-            let h = Holder::new(self.holder.client.clone(), &self.holder.namespace, lock, &self.holder.identity);
+            let h = Holder::new(self.holder.client.clone(), &self.holder.namespace, lock, &self.holder.identity)
+                .with_timings(self.holder.timings);
             let claim = (self.claim_name.clone(), self.claim_uid.clone());
             let token = tokens.get(lock).copied().unwrap_or_default();
             match LockGuard::start(

@@ -170,10 +170,10 @@ async fn run_inner(args: LockArgs) -> anyhow::Result<i32> {
     }
     let asked_wait: Option<Duration> = args.wait_timeout.map(Into::into);
     let wait_until = asked_wait.map(|t| tokio::time::Instant::now() + t);
-    let (guard, kill_grace, ticket_deadline) = loop {
+    let (guard, kill_grace, ticket_deadline, queued_lease) = loop {
         let ticket = holder.enqueue(on_busy).await?;
-        let ticket_deadline = ticket.renew_deadline();
-        let kill_grace = match kill_grace(args.kill_grace.map(Into::into), ticket.lease_duration(), ticket_deadline) {
+        let (queued_lease, ticket_deadline) = (ticket.lease_duration(), ticket.renew_deadline());
+        let kill_grace = match kill_grace(args.kill_grace.map(Into::into), queued_lease, ticket_deadline) {
             Ok(g) => g,
             Err(message) => {
                 // The lock's lease changed between the two reads.
@@ -194,7 +194,7 @@ async fn run_inner(args: LockArgs) -> anyhow::Result<i32> {
             ticket.cancel().await;
         }
         match acquired {
-            Ok(g) => break (g, kill_grace, ticket_deadline),
+            Ok(g) => break (g, kill_grace, ticket_deadline, queued_lease),
             Err(HolderError::Busy(lock)) => {
                 eprintln!("leasehold lock: lock {lock} is busy (--try)");
                 return Ok(EXIT_BUSY);
@@ -217,7 +217,7 @@ async fn run_inner(args: LockArgs) -> anyhow::Result<i32> {
         }
     };
     let (guard, kill_grace, deadline) =
-        match grant_grace(guard, args.kill_grace.map(Into::into), (kill_grace, ticket_deadline)).await? {
+        match grant_grace(guard, args.kill_grace.map(Into::into), (queued_lease, ticket_deadline, kill_grace)).await? {
             Ok(g) => g,
             Err(code) => return Ok(code),
         };
@@ -232,18 +232,22 @@ async fn run_inner(args: LockArgs) -> anyhow::Result<i32> {
 }
 
 /// The kill grace and renew deadline of a grant, from its own timings ([`Held::timings`]): a
-/// lease duration lowered on the lock while this process waited shortens both (the operator
-/// expires the grant by its Lease's value, `holder::granted_timings`), and the command must still
-/// be dead before the lease runs out. `asked` is `--kill-grace`; `queued` the grace and deadline
-/// checked before queueing, kept when the grant's are no shorter. A grace that no longer fits
-/// releases the grant at once and ends with [`EXIT_ERROR`] (`Err`), before the command starts.
+/// lease duration lowered on the lock while this process waited shortens the lease the grant is
+/// held under (the operator expires it by its Lease's value, `holder::granted_timings`), maybe
+/// not the renew deadline (one set by `--renew-deadline`), and the command must still be dead
+/// before the lease runs out: `renew deadline + kill grace < lease duration` is checked again
+/// ([`kill_grace`]) whenever the lease or the deadline is shorter than when it queued (`queued`:
+/// lease duration, renew deadline and the grace checked then, kept otherwise). `asked` is
+/// `--kill-grace`. A grace that no longer fits releases the grant at once and ends with
+/// [`EXIT_ERROR`] (`Err`), before the command starts. Found by a review: a grace kept because
+/// the set deadline had not changed outlasted a lowered lease.
 async fn grant_grace<G: Held>(
     guard: G,
     asked: Option<Duration>,
-    (queued_grace, queued_deadline): (Duration, Duration),
+    (queued_lease, queued_deadline, queued_grace): (Duration, Duration, Duration),
 ) -> anyhow::Result<Result<(G, Duration, Duration), i32>> {
     let (lease, deadline) = guard.timings();
-    if deadline >= queued_deadline {
+    if lease >= queued_lease && deadline >= queued_deadline {
         return Ok(Ok((guard, queued_grace, queued_deadline)));
     }
     match kill_grace(asked, lease, deadline) {
@@ -275,7 +279,8 @@ async fn run_set(
     }
     let ticket = holder.enqueue().await?;
     let deadline = ticket.renew_deadline();
-    let grace = match kill_grace(args.kill_grace.map(Into::into), ticket.lease_duration(), deadline) {
+    let queued_lease = ticket.lease_duration();
+    let grace = match kill_grace(args.kill_grace.map(Into::into), queued_lease, deadline) {
         Ok(g) => g,
         Err(message) => {
             ticket.cancel().await;
@@ -295,10 +300,11 @@ async fn run_set(
             return Ok(if matches!(e, HolderError::WaitTimeout(..)) { EXIT_WAIT_TIMEOUT } else { EXIT_ERROR });
         }
     };
-    let (guard, grace, deadline) = match grant_grace(guard, args.kill_grace.map(Into::into), (grace, deadline)).await? {
-        Ok(g) => g,
-        Err(code) => return Ok(code),
-    };
+    let (guard, grace, deadline) =
+        match grant_grace(guard, args.kill_grace.map(Into::into), (queued_lease, deadline, grace)).await? {
+            Ok(g) => g,
+            Err(code) => return Ok(code),
+        };
     tracing::info!(locks = %args.lock, tokens = ?guard.tokens(), "lock set granted; starting command");
     let mut env = vec![
         ("LEASEHOLD_HOLDER".to_string(), guard.identity().to_string()),
@@ -413,7 +419,7 @@ fn kill_grace(asked: Option<Duration>, lease: Duration, deadline: Duration) -> R
 /// child subreaper (prctl `PR_SET_CHILD_SUBREAPER`, Linux): what the command leaves behind (a
 /// grandchild whose parent exited, a daemon that forked away or called `setsid`) is re-parented
 /// here, not to init, and a lost lock or the command's exit stops every process below this one
-/// ([`below_this_process`]), whatever its process group: with a terminal, the command's
+/// ([`Below`]), whatever its process group: with a terminal, the command's
 /// children too (found by a newcomer trial: they outlived the lease).
 async fn supervise<G: Held>(
     args: LockArgs,
@@ -448,6 +454,10 @@ async fn supervise<G: Held>(
     let pid = Pid::from_raw(if own_group { -raw } else { raw });
     let watchdog = start_watchdog(&guard, raw, own_group, deadline, grace);
     let spared = watchdog.as_ref().and_then(|w| w.id()).map(|p| p as i32);
+    let below = Below { spared, group: own_group.then_some(raw), command: raw };
+    // Orphans the command leaves behind while it runs are reaped now and then.
+    let mut reap = tokio::time::interval(Duration::from_secs(5));
+    reap.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             status = child.wait() => {
@@ -457,7 +467,7 @@ async fn supervise<G: Held>(
                     let _ = kill(pid, Signal::SIGKILL);
                 }
                 // And what it left behind outside its group.
-                signal_below(Signal::SIGKILL, spared);
+                below.kill_all().await;
                 // Ended by the watchdog, or while this process was paused past the deadline:
                 // the command did not finish under the lock.
                 if guard.is_lost() || guard.last_renewal().borrow().elapsed() >= deadline {
@@ -473,11 +483,11 @@ async fn supervise<G: Held>(
             reason = guard.lost() => {
                 eprintln!("leasehold lock: lost lock {} ({reason}); stopping the command", args.lock);
                 let _ = kill(pid, Signal::SIGTERM);
-                signal_below(Signal::SIGTERM, spared);
+                below.signal(Signal::SIGTERM, false);
                 // The grace, for the command and everything it started.
                 let all_gone = async {
                     let _ = child.wait().await;
-                    while !below_this_process(spared).is_empty() {
+                    while !below.live().is_empty() {
                         tokio::time::sleep(Duration::from_millis(50)).await;
                     }
                 };
@@ -489,47 +499,101 @@ async fn supervise<G: Held>(
                     // The command is gone; its group may not be (a child that ignored SIGTERM).
                     let _ = kill(pid, Signal::SIGKILL);
                 }
-                signal_below(Signal::SIGKILL, spared);
+                below.kill_all().await;
                 let _ = guard.release().await;
                 return Ok(EXIT_LOST);
             }
             Some(sig) = sig_rx.recv() => {
                 let _ = kill(pid, sig);
             }
+            _ = reap.tick() => below.reap(),
         }
     }
 }
 
-/// Every live process below this one (its children, theirs, and so on; a zombie is not live),
-/// but `spared` and what runs below it: the command and, with this process a child subreaper,
-/// whatever the command started, even after its parent exited. Read from `/proc` (the `procfs`
-/// crate: each process's `ppid`); empty when `/proc` cannot be read.
-fn below_this_process(spared: Option<i32>) -> Vec<i32> {
-    let Ok(all) = procfs::process::all_processes() else { return vec![] };
-    let mut children: std::collections::HashMap<i32, Vec<(i32, bool)>> = std::collections::HashMap::new();
-    for stat in all.flatten().filter_map(|p| p.stat().ok()) {
-        children.entry(stat.ppid).or_default().push((stat.pid, stat.state == 'Z'));
-    }
-    let mut out = vec![];
-    let mut todo = vec![std::process::id() as i32];
-    while let Some(p) = todo.pop() {
-        for &(c, zombie) in children.get(&p).map_or(&[][..], Vec::as_slice) {
-            if Some(c) == spared {
-                continue;
-            }
-            if !zombie {
-                out.push(c);
-            }
-            todo.push(c);
-        }
-    }
-    out
+/// The processes below this one (its children, theirs, and so on) but `spared` (the watchdog)
+/// and what runs below it: the command and, with this process a child subreaper, whatever the
+/// command started, even after its parent exited. Read from `/proc` (the `procfs` crate: each
+/// process's `ppid`, `pgrp` and state).
+struct Below {
+    spared: Option<i32>,
+    /// The command's own process group, if it has one (its members get the group's signals).
+    group: Option<i32>,
+    /// The command's PID: reaped by its [`tokio::process::Child`], never here.
+    command: i32,
 }
 
-/// Sends `sig` to every process [`below_this_process`] (but `spared`).
-fn signal_below(sig: Signal, spared: Option<i32>) {
-    for p in below_this_process(spared) {
-        let _ = kill(Pid::from_raw(p), sig);
+impl Below {
+    /// (pid, process group, zombie, parent) of each process below this one; empty, with a
+    /// warning, when `/proc` cannot be read.
+    fn scan(&self) -> Vec<(i32, i32, bool, i32)> {
+        let all = match procfs::process::all_processes() {
+            Ok(all) => all,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read /proc: what the command left behind outside its process group is not stopped");
+                return vec![];
+            }
+        };
+        let mut children: std::collections::HashMap<i32, Vec<(i32, i32, bool)>> = std::collections::HashMap::new();
+        for stat in all.flatten().filter_map(|p| p.stat().ok()) {
+            children.entry(stat.ppid).or_default().push((stat.pid, stat.pgrp, stat.state == 'Z'));
+        }
+        let mut out = vec![];
+        let mut todo = vec![std::process::id() as i32];
+        while let Some(parent) = todo.pop() {
+            for &(pid, pgrp, zombie) in children.get(&parent).map_or(&[][..], Vec::as_slice) {
+                if Some(pid) != self.spared {
+                    out.push((pid, pgrp, zombie, parent));
+                    todo.push(pid);
+                }
+            }
+        }
+        out
+    }
+
+    /// The live processes (a zombie is not live).
+    fn live(&self) -> Vec<i32> {
+        self.scan().into_iter().filter(|p| !p.2).map(|p| p.0).collect()
+    }
+
+    /// Sends `sig` to every live process below this one, but to those in the command's process
+    /// group (`in_group` false: the caller signals the group, and a second SIGTERM makes some
+    /// programs skip their clean exit). Reaps the zombies this process is the parent of (orphans
+    /// it adopted as a subreaper; tokio waits only for the command), so a command that keeps
+    /// double-forking does not pile them up.
+    fn signal(&self, sig: Signal, in_group: bool) {
+        self.each(Some(sig), in_group);
+    }
+
+    /// Reaps the zombies this process is the parent of, signalling nothing.
+    fn reap(&self) {
+        self.each(None, false);
+    }
+
+    fn each(&self, sig: Option<Signal>, in_group: bool) {
+        let me = std::process::id() as i32;
+        for (pid, pgrp, zombie, parent) in self.scan() {
+            if zombie {
+                if parent == me && pid != self.command {
+                    let _ = nix::sys::wait::waitpid(Pid::from_raw(pid), Some(nix::sys::wait::WaitPidFlag::WNOHANG));
+                }
+            } else if let Some(sig) = sig.filter(|_| in_group || Some(pgrp) != self.group) {
+                let _ = kill(Pid::from_raw(pid), sig);
+            }
+        }
+    }
+
+    /// SIGKILL to every process below, again until none is live (one may fork between a scan
+    /// and its parent's death), for at most a second.
+    async fn kill_all(&self) {
+        let until = tokio::time::Instant::now() + Duration::from_secs(1);
+        loop {
+            self.signal(Signal::SIGKILL, true);
+            if self.live().is_empty() || tokio::time::Instant::now() >= until {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 }
 
@@ -613,6 +677,43 @@ async fn default_identity(client: &kube::Client) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A grant held under (lease duration, renew deadline), for [`grant_grace`].
+    struct Granted(Duration, Duration);
+
+    impl Held for Granted {
+        fn is_lost(&self) -> bool {
+            false
+        }
+        fn last_renewal(&self) -> tokio::sync::watch::Receiver<std::time::Instant> {
+            tokio::sync::watch::channel(std::time::Instant::now()).1
+        }
+        async fn lost(&self) -> LostReason {
+            std::future::pending().await
+        }
+        async fn release(self) -> Result<(), HolderError> {
+            Ok(())
+        }
+        fn timings(&self) -> (Duration, Duration) {
+            (self.0, self.1)
+        }
+    }
+
+    /// The kill grace is checked again against the grant's own lease: a lease lowered while the
+    /// process waited (60 s to 30 s) with a renew deadline set by flag (5 s, unchanged) refuses a
+    /// 30 s grace that fitted 60 s (a review's finding: it was kept because the deadline had not
+    /// changed); a default grace is recomputed; nothing shorter keeps what was checked.
+    #[tokio::test]
+    async fn the_kill_grace_is_checked_again_when_the_grant_s_lease_is_shorter() {
+        let s = Duration::from_secs;
+        let queued = (s(60), s(5), s(30));
+        let kept = grant_grace(Granted(s(60), s(5)), Some(s(30)), queued).await.unwrap().ok().unwrap();
+        assert_eq!((kept.1, kept.2), (s(30), s(5)));
+        let refused = grant_grace(Granted(s(30), s(5)), Some(s(30)), queued).await.unwrap();
+        assert_eq!(refused.err(), Some(EXIT_ERROR));
+        let default = grant_grace(Granted(s(30), s(5)), None, (s(60), s(5), s(27))).await.unwrap().ok().unwrap();
+        assert_eq!((default.1, default.2), (Duration::from_millis(12_500), s(5)), "half of 30 s - 5 s");
+    }
 
     fn lock_with(holder: Option<(&str, i64)>, waiters: &[&str], waiting: i32) -> DistributedLock {
         serde_json::from_value(serde_json::json!({
