@@ -2128,11 +2128,17 @@ pub(crate) fn released_after(released: &[String], request_uid: &str, kept: Optio
 /// (the last token stays).
 fn hand_over(lease: &mut Lease, now: Timestamp) {
     let next = crate::lease::next(lease);
+    let duration = crate::lease::next_lease_duration(lease);
     crate::lease::put_next(lease, None);
     let ann = lease.metadata.annotations.get_or_insert_with(Default::default);
     let spec = lease.spec.get_or_insert_with(Default::default);
     match next {
         Some(n) => {
+            // The lock's lease duration as the operator's hint carries it (none on a waiter's
+            // own hint: the Lease's stays): the next grant's.
+            if let Some(d) = duration {
+                spec.lease_duration_seconds = Some(i32::try_from(d.as_secs()).unwrap_or(i32::MAX));
+            }
             ann.insert(HOLDER_UID_ANNOTATION.into(), n.uid);
             ann.insert(HOLDER_KIND_ANNOTATION.into(), HolderKind::Claim.as_str().into());
             ann.insert(TOKEN_ANNOTATION.into(), n.token.to_string());
@@ -2311,6 +2317,30 @@ mod tests {
         assert_eq!(l.spec.as_ref().unwrap().holder_identity, None);
         assert_eq!(l.annotations().get(TOKEN_ANNOTATION).map(String::as_str), Some("8"));
         assert!(l.annotations().get(HOLDER_UID_ANNOTATION).is_none());
+    }
+
+    /// The handover writes the lock's lease duration the operator's hint carries (the lock's
+    /// value when the hint was written) into the Lease: a value changed on the lock reaches a
+    /// grant passed on from claim to claim. A waiter's own hint carries none: the Lease's stays.
+    #[test]
+    fn the_handover_writes_the_lease_duration_the_operator_s_hint_carries() {
+        let now = Timestamp::from_second(1_700_000_000).unwrap();
+        let mut lock = crate::crd::DistributedLock::new("db", Default::default());
+        lock.spec.lease_duration_seconds = 60;
+        let secs = |l: &Lease| l.spec.as_ref().and_then(|s| s.lease_duration_seconds);
+        let hint = crate::lock::grant::Next { identity: "you".into(), uid: "u2".into(), token: 8 };
+        let mut l = lease("db", "me", "u1", "7");
+        l.spec.as_mut().unwrap().lease_duration_seconds = Some(15);
+        let mut hinted = crate::lease::with_next(&lock, &l, Some(&hint), None);
+        assert_eq!(crate::lease::next_lease_duration(&hinted), Some(Duration::from_secs(60)));
+        hand_over(&mut hinted, now);
+        assert_eq!(secs(&hinted), Some(60), "the hint's 60 s, not the last grant's 15 s");
+        assert!(crate::lease::next_lease_duration(&hinted).is_none(), "used up with the hint");
+        // A waiter's own hint (put_next alone), even over an operator's earlier one.
+        let mut own = crate::lease::with_next(&lock, &l, Some(&hint), None);
+        crate::lease::put_next(&mut own, Some(&hint));
+        hand_over(&mut own, now);
+        assert_eq!(secs(&own), Some(15));
     }
 
     /// A standing claim's release lists its request as released, drops the same claim's older

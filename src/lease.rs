@@ -33,7 +33,8 @@ use crate::lock::fencing::parse_token;
 use crate::lock::grant::{Grant, Holder, HolderKind, LeaseView, Next};
 use crate::lock::{
     HOLDER_KIND_ANNOTATION, HOLDER_UID_ANNOTATION, LEASE_LABEL, NEXT_HOLDER_ANNOTATION, NEXT_HOLDER_UID_ANNOTATION,
-    NEXT_TOKEN_ANNOTATION, RELEASED_ANNOTATION, TOKEN_ANNOTATION, TOKEN_CEILING_ANNOTATION, TOKEN_FLOOR_ANNOTATION,
+    NEXT_LEASE_DURATION_ANNOTATION, NEXT_TOKEN_ANNOTATION, RELEASED_ANNOTATION, TOKEN_ANNOTATION,
+    TOKEN_CEILING_ANNOTATION, TOKEN_FLOOR_ANNOTATION,
 };
 
 /// Reads the grant state from a Lease. Never fails: unreadable annotations make the view
@@ -111,9 +112,11 @@ pub fn next(lease: &Lease) -> Option<Next> {
     })
 }
 
-/// Sets (or, with `None`, removes) the next-holder hint annotations on `lease` in memory.
+/// Sets (or, with `None`, removes) the next-holder hint annotations on `lease` in memory, and
+/// removes the hint's lease duration ([`put_next_lease_duration`] sets it after this).
 pub fn put_next(lease: &mut Lease, next: Option<&Next>) {
     let ann = lease.metadata.annotations.get_or_insert_with(BTreeMap::new);
+    ann.remove(NEXT_LEASE_DURATION_ANNOTATION);
     match next {
         Some(n) => {
             ann.insert(NEXT_HOLDER_ANNOTATION.into(), n.identity.clone());
@@ -208,6 +211,26 @@ pub fn created(
     Ok(lease)
 }
 
+/// Sets `leasehold.dev/next-lease-duration` ([`NEXT_LEASE_DURATION_ANNOTATION`]) on `lease`
+/// in memory: `lock`'s `spec.leaseDurationSeconds` when it carries a next-holder hint, none
+/// otherwise.
+pub fn put_next_lease_duration(lease: &mut Lease, lock: &DistributedLock) {
+    let hinted = next(lease).is_some();
+    let ann = lease.metadata.annotations.get_or_insert_with(BTreeMap::new);
+    if hinted {
+        ann.insert(NEXT_LEASE_DURATION_ANNOTATION.into(), lock.spec.lease_duration_seconds.max(1).to_string());
+    } else {
+        ann.remove(NEXT_LEASE_DURATION_ANNOTATION);
+    }
+}
+
+/// The hint's lease duration ([`NEXT_LEASE_DURATION_ANNOTATION`]); `None` when absent or not a
+/// positive number of seconds.
+pub fn next_lease_duration(lease: &Lease) -> Option<std::time::Duration> {
+    let secs = lease.annotations().get(NEXT_LEASE_DURATION_ANNOTATION)?.trim().parse::<u64>().ok()?;
+    (secs > 0).then(|| std::time::Duration::from_secs(secs))
+}
+
 /// Compare-and-swaps `observed` (with its resourceVersion) to `holder` (or to free), with the
 /// next-holder hint `next` (`None` removes it) and the token ceiling `ceiling` ([`put_ceiling`]:
 /// the lock's reserved `status.tokenCeiling` the decision was made with, `None` for a semaphore's
@@ -242,6 +265,7 @@ pub fn updated(
     let observed = view(observed);
     apply_grant(&mut lease, lock, holder, floor, Some(&observed), now);
     put_next(&mut lease, next);
+    put_next_lease_duration(&mut lease, lock);
     put_ceiling(&mut lease, ceiling);
     lease
 }
@@ -252,15 +276,22 @@ pub fn updated(
 ///
 /// # Errors
 /// [`Error::Kube`] with 409 when the Lease changed since it was observed; 404 when it is gone.
-pub async fn set_next(api: &Api<Lease>, observed: &Lease, next: Option<&Next>, ceiling: Option<i64>) -> Result<Lease> {
-    let lease = with_next(observed, next, ceiling);
+pub async fn set_next(
+    api: &Api<Lease>,
+    lock: &DistributedLock,
+    observed: &Lease,
+    next: Option<&Next>,
+    ceiling: Option<i64>,
+) -> Result<Lease> {
+    let lease = with_next(lock, observed, next, ceiling);
     call("update Lease", api.replace(&lease.name_any(), &PostParams::default(), &lease)).await
 }
 
 /// The Lease [`set_next`] puts.
-pub fn with_next(observed: &Lease, next: Option<&Next>, ceiling: Option<i64>) -> Lease {
+pub fn with_next(lock: &DistributedLock, observed: &Lease, next: Option<&Next>, ceiling: Option<i64>) -> Lease {
     let mut lease = observed.clone();
     put_next(&mut lease, next);
+    put_next_lease_duration(&mut lease, lock);
     put_ceiling(&mut lease, ceiling);
     lease
 }
@@ -378,11 +409,11 @@ mod tests {
         let freed = updated(&lock, &new, None, None, None, Some(30), now);
         assert_eq!((view(&freed).ceiling, view(&freed).holder, view(&freed).token), (Some(30), None, 5));
         let n = Next { identity: "b".into(), uid: "c2/4".into(), token: 6 };
-        let hinted = with_next(&new, Some(&n), Some(40));
+        let hinted = with_next(&lock, &new, Some(&n), Some(40));
         assert_eq!((view(&hinted).ceiling, view(&hinted).next), (Some(40), Some(n)));
         // A semaphore's slot (or no reservation yet): removed.
         assert_eq!(view(&updated(&lock, &hinted, None, None, None, None, now)).ceiling, None);
-        assert_eq!(view(&with_next(&hinted, None, Some(0))).ceiling, None);
+        assert_eq!(view(&with_next(&lock, &hinted, None, Some(0))).ceiling, None);
     }
 
     /// `spec.leaseDurationSeconds` is the lock's value when a grant is written and stays while

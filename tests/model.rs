@@ -150,6 +150,8 @@ const WAITER_TAKE: &str = "a waiter by claim took the free Lease itself";
 const UNANSWERED_TAKE: &str = "a waiter whose own take's answer was lost learns the grant it took";
 const LOWERED_UNDER: &str = "the lock's lease duration is lowered while a claim's process holds";
 const LOWERED_GRANT: &str = "a process that read the old lease duration learns a grant made under the lowered one";
+const HANDOVER_NEW_DURATION: &str =
+    "a release hands the lock over with the lowered lease duration the operator's hint carries";
 const POD_NAMES: [&str; 3] = ["pod-a", "pod-b", "pod-c"];
 const CLAIM_NAMES: [&str; 2] = ["claim-x", "claim-y"];
 
@@ -413,6 +415,9 @@ struct LeaseObj {
     ceiling: Option<i64>,
     /// `spec.leaseDurationSeconds` (`grant::lease_duration_to_write`).
     duration: u8,
+    /// `leasehold.dev/next-lease-duration`: the lock's value in the view of the operator that
+    /// wrote the hint (none on a waiter's own hint); the handover writes it into `duration`.
+    next_duration: Option<u8>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -640,6 +645,9 @@ const UNANSWERED_TAKE_LEARNED: u32 = 16384;
 const LOWERED_UNDER_HOLDER: u32 = 32768;
 /// A process that read the old lease duration learned a grant written under the lowered one.
 const LOWERED_GRANT_LEARNED: u32 = 1 << 16;
+/// A release handed the lock over with the lock's lease duration from the operator's hint, other
+/// than the Lease's.
+const HANDED_OVER_NEW_DURATION: u32 = 1 << 17;
 const REJECTED_THEN_GRANTED: &str = "I3: a rejected waiter was granted";
 
 /// The annotations an operator's Lease write sets beside the holder: the next-holder hint,
@@ -795,6 +803,7 @@ impl LockModel {
             released: vec![],
             ceiling: self.cfg.max_holders.is_none().then_some(self.cfg.initial_ceiling),
             duration: LEASE_SECS,
+            next_duration: None,
         };
         let lock = LockObj {
             rv: 1,
@@ -834,6 +843,7 @@ impl LockModel {
                 released: vec![],
                 ceiling: self.cfg.max_holders.is_none().then_some(self.cfg.initial_ceiling),
                 duration: LEASE_SECS,
+                next_duration: None,
             });
             api.lock.highest = token;
             if self.cfg.max_holders.is_some() {
@@ -1138,6 +1148,7 @@ impl World {
             released,
             ceiling: written_ceiling,
             duration: u8::try_from(duration.as_secs()).unwrap(),
+            next_duration: next.map(|_| lock_secs),
         };
         self.api.leases[slot] = Some(lease.clone());
         lease
@@ -1239,7 +1250,7 @@ impl World {
         lease.rv = rv;
         match arrival {
             grant::LeaseArrival::Hint(n) => {
-                lease.next = Some((n.identity, n.uid, n.token));
+                (lease.next, lease.next_duration) = (Some((n.identity, n.uid, n.token)), None);
                 Some(false)
             }
             grant::LeaseArrival::Take(token) => {
@@ -1401,7 +1412,8 @@ impl World {
                         if c.is_some_and(|c| c > self.ceiling_of(current.owner)) {
                             self.broken.get_or_insert("I2: the Lease's token-ceiling is above the reservation");
                         }
-                        let lease = LeaseObj { rv, next, released, ceiling: c, ..current };
+                        let next_duration = next.as_ref().map(|_| view.lock.lease_secs);
+                        let lease = LeaseObj { rv, next, released, ceiling: c, next_duration, ..current };
                         self.api.leases[slot] = Some(lease.clone());
                         view.leases[slot] = Some(lease);
                         true
@@ -2081,10 +2093,16 @@ impl Model for LockModel {
                         lease.released.push(me);
                         lease.released.sort();
                     }
+                    let next_duration = lease.next_duration.take();
                     match lease.next.take() {
                         Some((identity, uid, token)) => {
                             (lease.holder, lease.token, lease.renew, lease.rv) =
                                 (Some((identity, uid, HolderKind::Claim)), token, Some(rv), rv);
+                            // `holder::hand_over`: the operator's hint carries the lock's value.
+                            if next_duration.is_some_and(|d| d != lease.duration) {
+                                w.events |= HANDED_OVER_NEW_DURATION;
+                            }
+                            lease.duration = next_duration.unwrap_or(lease.duration);
                             let owner = lease.owner;
                             w.events |= HANDED_OVER;
                             if token > w.ceiling_of(owner) {
@@ -2126,6 +2144,7 @@ impl Model for LockModel {
                     released,
                     ceiling,
                     duration,
+                    next_duration: None,
                 });
             }
             Action::LockRecreated => {
@@ -2189,6 +2208,7 @@ impl Model for LockModel {
             Property::sometimes(UNANSWERED_TAKE, |_, w: &World| w.events & UNANSWERED_TAKE_LEARNED != 0),
             Property::sometimes(LOWERED_UNDER, |_, w: &World| w.events & LOWERED_UNDER_HOLDER != 0),
             Property::sometimes(LOWERED_GRANT, |_, w: &World| w.events & LOWERED_GRANT_LEARNED != 0),
+            Property::sometimes(HANDOVER_NEW_DURATION, |_, w: &World| w.events & HANDED_OVER_NEW_DURATION != 0),
             Property::sometimes(TWO_AT_ONCE, |_, w: &World| w.running().iter().filter(|r| !r.1).count() >= 2),
         ]
     }
@@ -2580,7 +2600,12 @@ const LEASE_LOWERED: Config = Config { claims: 2, max_time: 4, lower_lease: true
 
 #[test]
 fn the_lease_duration_lowered_under_a_holder_and_a_waiter() {
-    assert_safe("lease-lowered", LEASE_LOWERED, LEASE_LOWERED_DEPTH, &[LOWERED_UNDER, LOWERED_GRANT]);
+    assert_safe(
+        "lease-lowered",
+        LEASE_LOWERED,
+        LEASE_LOWERED_DEPTH,
+        &[LOWERED_UNDER, LOWERED_GRANT, HANDOVER_NEW_DURATION],
+    );
 }
 
 /// The operator expiring a holder by the lock's lowered value (the hole as it was) is caught (I1).

@@ -370,7 +370,7 @@ async fn reconcile_lock(lock: Arc<DistributedLock>, ctx: Arc<Context>, started: 
                 let observed = leases[slot as usize].as_ref().ok_or(Error::MissingField("Lease"))?;
                 let replaced = observed.metadata.resource_version.clone();
                 let kept = with_released(observed, &base);
-                match lease::set_next(&lease_api, &kept, next.as_ref(), ceiling).await {
+                match lease::set_next(&lease_api, &lock, &kept, next.as_ref(), ceiling).await {
                     Ok(written) => {
                         remember_lease(&ctx, &ns, slot, replaced, &written);
                         leases[slot as usize] = Some(written);

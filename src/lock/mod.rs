@@ -39,6 +39,14 @@ pub const NEXT_HOLDER_ANNOTATION: &str = "leasehold.dev/next-holder";
 pub const NEXT_HOLDER_UID_ANNOTATION: &str = "leasehold.dev/next-holder-uid";
 /// Lease annotation: the next-holder hint's fencing token (decimal).
 pub const NEXT_TOKEN_ANNOTATION: &str = "leasehold.dev/next-token";
+/// Lease annotation beside an operator's next-holder hint: the lock's `leaseDurationSeconds`
+/// when the operator wrote the hint (decimal seconds). The holder's release that hands the lock
+/// to the hint writes it into `spec.leaseDurationSeconds`, so a changed value reaches a grant
+/// passed on from claim to claim, not only the operator's own grants; any value there is safe
+/// (the new holder renews against the shorter of it and what it read, the operator expires it
+/// by the longer of it and the lock's: [`grant::lease_duration_to_write`]). A waiter's own hint
+/// carries none (the Lease's value is then kept).
+pub const NEXT_LEASE_DURATION_ANNOTATION: &str = "leasehold.dev/next-lease-duration";
 /// Lease annotation: the requests of standing claims whose holder released them (issue 12,
 /// `docs/two-writes-per-grant.md`): comma-separated request UIDs ([`grant::request_uid`],
 /// `<claim UID>/<request>`). The holder's release writes its own entry in the same
