@@ -67,6 +67,7 @@ pub fn view(lease: &Lease) -> LeaseView {
             .and_then(|s| s.lease_duration_seconds)
             .filter(|d| *d > 0)
             .map(|d| std::time::Duration::from_secs(d as u64)),
+        next_lease_duration: next_lease_duration(lease),
     }
 }
 

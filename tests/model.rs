@@ -942,6 +942,7 @@ fn snapshot_of(view: &View, fresh_reservation: Option<i64>, cfg: &Config, by_lea
         }),
         ceiling: l.ceiling,
         lease_duration: (cfg.bug != Some(Bug::ExpiryBySpec)).then(|| Duration::from_secs(l.duration.into())),
+        next_lease_duration: l.next_duration.map(|d| Duration::from_secs(d.into())),
     };
     let lease0 = view.leases[0].as_ref().map(lease_view);
     let still_waits = cfg.bug == Some(Bug::RejectedStillWaits);

@@ -387,6 +387,7 @@ fn snapshot(view: &View, l: usize, fresh: Option<i64>, cfg: &Config, renewing: b
         released: vec![],
         ceiling: None,
         lease_duration: None,
+        next_lease_duration: None,
     });
     Snapshot {
         settings: Settings {

@@ -47,6 +47,7 @@ fn lease(holder: Option<&str>, token: i64) -> LeaseView {
         released: vec![],
         ceiling: None,
         lease_duration: None,
+        next_lease_duration: None,
     }
 }
 

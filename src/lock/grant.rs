@@ -200,6 +200,10 @@ pub struct LeaseView {
     /// renews against it, and the operator expires that holder no sooner ([`expiry_of`]).
     /// `None` when absent or not positive.
     pub lease_duration: Option<Duration>,
+    /// `leasehold.dev/next-lease-duration` ([`crate::lock::NEXT_LEASE_DURATION_ANNOTATION`]): the
+    /// lock's lease duration an operator's next-holder hint carries, which the handover writes;
+    /// `None` when absent (a waiter's own hint) or unreadable.
+    pub next_lease_duration: Option<Duration>,
 }
 
 /// The `spec.leaseDurationSeconds` an operator's write of a Lease (`observed`, `None` for a

@@ -466,7 +466,11 @@ fn with_next(snapshot: &Snapshot, candidates: &[Candidate], mut plan: Plan) -> (
             if l.trusted && l.holder.as_ref().is_some_and(|x| x.name == h.identity) =>
         {
             let next = next_holder(snapshot, candidates, h, l.token);
-            if l.next == next {
+            // An operator's hint carries the lock's lease duration for the handover to write: one
+            // written before the lock's changed is written again (a waiter's own hint carries none,
+            // and is left alone).
+            let stale = l.next_lease_duration.is_some_and(|d| d != snapshot.settings.lease_duration);
+            if l.next == next && !(next.is_some() && stale) {
                 return (plan, None);
             }
             plan.decision = Decision::SetNext;
@@ -674,6 +678,7 @@ mod tests {
                 released: vec![],
                 ceiling: None,
                 lease_duration: None,
+                next_lease_duration: None,
             }),
             renew_marker: Some(marker.into()),
             extra_slots: vec![],
@@ -705,6 +710,23 @@ mod tests {
                 assert_eq!((g.name.as_str(), g.token, r.reason), ("b", 5, ReleaseReason::Expired));
             }
             other => panic!("expected a handover to b, got {other:?}"),
+        }
+    }
+
+    /// An operator's hint written before the lock's lease duration changed (20 s on the Lease,
+    /// 15 s on the lock) is written again, so the handover passes the new value on; a waiter's own
+    /// hint (no duration) and an up-to-date one are left alone (no write).
+    #[test]
+    fn a_hint_carrying_an_old_lease_duration_is_written_again() {
+        let with = |d: Option<u64>| {
+            let mut snap = snapshot("r1");
+            snap.lease.as_mut().unwrap().next_lease_duration = d.map(secs);
+            step(&snap, secs(100), &Clocks::default()).unwrap()
+        };
+        let s = with(Some(20));
+        assert_eq!((s.plan.decision, s.next.map(|n| n.token)), (Decision::SetNext, Some(5)));
+        for d in [Some(15), None] {
+            assert!(matches!(with(d).plan.decision, Decision::Idle { .. }), "{d:?}");
         }
     }
 
@@ -809,6 +831,7 @@ mod tests {
             released: vec![],
             ceiling: None,
             lease_duration: None,
+            next_lease_duration: None,
         });
         snap.candidates = vec![claim("b", 2, None), claim("c", 3, None)];
         let s = step(&snap, secs(1), &Clocks::default()).unwrap();
@@ -930,6 +953,7 @@ mod tests {
             released: vec![],
             ceiling: None,
             lease_duration: None,
+            next_lease_duration: None,
         };
         match k {
             0 => s.lease = Some(view),

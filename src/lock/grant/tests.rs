@@ -50,6 +50,7 @@ fn lease(holder: Option<&str>, token: i64) -> LeaseView {
         released: vec![],
         ceiling: None,
         lease_duration: None,
+        next_lease_duration: None,
     }
 }
 
@@ -632,6 +633,7 @@ fn a_recreated_lease_is_held_for_a_lease_duration_while_a_claim_may_hold_unrecor
         released: vec![],
         ceiling: None,
         lease_duration: None,
+        next_lease_duration: None,
     };
     let o = Observation { ceiling: 2000, holder_renewed_ago: Some(Duration::from_secs(14)), ..obs(Some(&held), &pods) };
     let plan = decide(&o).unwrap();
