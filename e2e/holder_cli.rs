@@ -568,11 +568,24 @@ async fn a_waiter_whose_claim_is_deleted_gives_up_and_a_too_long_kill_grace_is_r
 /// child) before the next holder is granted.
 #[tokio::test]
 async fn a_killed_leasehold_lock_does_not_leave_its_command_running() {
-    let mut ns = TestNs::new("orphan").await;
+    killed_leasehold_lock_leaves_nothing_running("orphan", false).await;
+}
+
+/// The same with a terminal as standard input (no process group of the command's own): the
+/// watchdog stops the command and every process below it, found while the command still runs
+/// (`watchdog::kill_tree`). A newcomer trial found the children running beside the next holder.
+#[tokio::test]
+async fn a_killed_leasehold_lock_on_a_terminal_does_not_leave_the_command_s_children_running() {
+    killed_leasehold_lock_leaves_nothing_running("orphan-tty", true).await;
+}
+
+async fn killed_leasehold_lock_leaves_nothing_running(name: &str, terminal: bool) {
+    let mut ns = TestNs::new(name).await;
     ns.create_lock("l", json!({"leaseDurationSeconds": 3})).await;
     ns.start_operator(&[]);
     let script = "trap '' TERM; sleep 600 & echo pids=$$,$!; wait; wait";
-    let a = ns.lock_process("a", &["l", "--identity", "a", "--", "sh", "-c", script]);
+    let args = ["l", "--identity", "a", "--", "sh", "-c", script];
+    let a = if terminal { ns.lock_process_on_terminal("a", &args) } else { ns.lock_process("a", &args) };
     a.wait_output("a's command started", "pids=").await;
     let out = a.output();
     let pids: Vec<i32> = out
@@ -592,6 +605,30 @@ async fn a_killed_leasehold_lock_does_not_leave_its_command_running() {
     b.wait_output("b runs", "b-runs").await;
     let dead = pids.iter().all(|p| !runs(*p));
     assert!(dead, "a's command still ran when b was granted ({:?} after the kill)", killed.elapsed());
+    ns.cleanup().await;
+}
+
+/// Ctrl-Z at a terminal stops the foreground group, `leasehold lock` and its command (here a
+/// SIGTSTP to that group): the watchdog, in a group of its own, is not stopped, and kills the
+/// command once the renew deadline and the kill grace have passed, before the lease runs out, so
+/// `fg` after the next holder was granted resumes nothing beside it. A newcomer trial saw the old
+/// command write once more beside the next holder (the watchdog was stopped with it).
+#[tokio::test]
+async fn a_command_stopped_with_ctrl_z_past_its_deadline_is_killed_before_the_next_holder_runs() {
+    let mut ns = TestNs::new("ctrl-z").await;
+    ns.create_lock("l", json!({"leaseDurationSeconds": 3})).await;
+    ns.start_operator(&[]);
+    let mut a = ns.lock_process_on_terminal("a", &["l", "--identity", "a", "--", "sh", "-c", "echo pid=$$; sleep 600"]);
+    a.wait_output("a's command started", "pid=").await;
+    let out = a.output();
+    let pid: i32 = out.split("pid=").nth(1).unwrap().lines().next().unwrap().trim().parse().unwrap();
+    wait_holder(&ns, "l", "a").await;
+    let b = ns.lock_process("b", &["l", "--identity", "b", "--", "sh", "-c", "echo b-runs; sleep 600"]);
+    a.signal_group("TSTP");
+    b.wait_output("b runs", "b-runs").await;
+    assert!(!runs(pid), "a's stopped command was killed before b ran");
+    a.signal_group("CONT");
+    assert_eq!(a.wait_exit().await, 5, "a lost the lock; log:\n{}", a.output());
     ns.cleanup().await;
 }
 

@@ -419,7 +419,7 @@ fn kill_grace(asked: Option<Duration>, lease: Duration, deadline: Duration) -> R
 /// child subreaper (prctl `PR_SET_CHILD_SUBREAPER`, Linux): what the command leaves behind (a
 /// grandchild whose parent exited, a daemon that forked away or called `setsid`) is re-parented
 /// here, not to init, and a lost lock or the command's exit stops every process below this one
-/// ([`Below`]), whatever its process group: with a terminal, the command's
+/// ([`Descendants`]), whatever its process group: with a terminal, the command's
 /// children too (found by a newcomer trial: they outlived the lease).
 async fn supervise<G: Held>(
     args: LockArgs,
@@ -454,7 +454,7 @@ async fn supervise<G: Held>(
     let pid = Pid::from_raw(if own_group { -raw } else { raw });
     let watchdog = start_watchdog(&guard, raw, own_group, deadline, grace);
     let spared = watchdog.as_ref().and_then(|w| w.id()).map(|p| p as i32);
-    let below = Below { spared, group: own_group.then_some(raw), command: raw };
+    let below = Descendants { spared, group: own_group.then_some(raw), command: raw };
     // Orphans the command leaves behind while it runs are reaped now and then.
     let mut reap = tokio::time::interval(Duration::from_secs(5));
     reap.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -515,7 +515,7 @@ async fn supervise<G: Held>(
 /// and what runs below it: the command and, with this process a child subreaper, whatever the
 /// command started, even after its parent exited. Read from `/proc` (the `procfs` crate: each
 /// process's `ppid`, `pgrp` and state).
-struct Below {
+struct Descendants {
     spared: Option<i32>,
     /// The command's own process group, if it has one (its members get the group's signals).
     group: Option<i32>,
@@ -523,37 +523,19 @@ struct Below {
     command: i32,
 }
 
-impl Below {
-    /// (pid, process group, zombie, parent) of each process below this one; empty, with a
-    /// warning, when `/proc` cannot be read.
-    fn scan(&self) -> Vec<(i32, i32, bool, i32)> {
-        let all = match procfs::process::all_processes() {
-            Ok(all) => all,
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot read /proc: what the command left behind outside its process group is not stopped");
-                return vec![];
-            }
-        };
-        let mut children: std::collections::HashMap<i32, Vec<(i32, i32, bool)>> = std::collections::HashMap::new();
-        for stat in all.flatten().filter_map(|p| p.stat().ok()) {
-            children.entry(stat.ppid).or_default().push((stat.pid, stat.pgrp, stat.state == 'Z'));
-        }
-        let mut out = vec![];
-        let mut todo = vec![std::process::id() as i32];
-        while let Some(parent) = todo.pop() {
-            for &(pid, pgrp, zombie) in children.get(&parent).map_or(&[][..], Vec::as_slice) {
-                if Some(pid) != self.spared {
-                    out.push((pid, pgrp, zombie, parent));
-                    todo.push(pid);
-                }
-            }
-        }
-        out
+impl Descendants {
+    /// The processes below this one but the spared; empty, with a warning, when `/proc` cannot
+    /// be read.
+    fn scan(&self) -> Vec<crate::watchdog::Below> {
+        crate::watchdog::below(std::process::id() as i32, self.spared).unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "cannot read /proc: what the command left behind outside its process group is not stopped");
+            vec![]
+        })
     }
 
     /// The live processes (a zombie is not live).
     fn live(&self) -> Vec<i32> {
-        self.scan().into_iter().filter(|p| !p.2).map(|p| p.0).collect()
+        self.scan().into_iter().filter(|p| !p.zombie).map(|p| p.pid).collect()
     }
 
     /// Sends `sig` to every live process below this one, but to those in the command's process
@@ -572,13 +554,13 @@ impl Below {
 
     fn each(&self, sig: Option<Signal>, in_group: bool) {
         let me = std::process::id() as i32;
-        for (pid, pgrp, zombie, parent) in self.scan() {
-            if zombie {
-                if parent == me && pid != self.command {
-                    let _ = nix::sys::wait::waitpid(Pid::from_raw(pid), Some(nix::sys::wait::WaitPidFlag::WNOHANG));
+        for p in self.scan() {
+            if p.zombie {
+                if p.ppid == me && p.pid != self.command {
+                    let _ = nix::sys::wait::waitpid(Pid::from_raw(p.pid), Some(nix::sys::wait::WaitPidFlag::WNOHANG));
                 }
-            } else if let Some(sig) = sig.filter(|_| in_group || Some(pgrp) != self.group) {
-                let _ = kill(Pid::from_raw(pid), sig);
+            } else if let Some(sig) = sig.filter(|_| in_group || Some(p.pgrp) != self.group) {
+                let _ = kill(Pid::from_raw(p.pid), sig);
             }
         }
     }
@@ -622,9 +604,9 @@ fn start_watchdog<G: Held>(
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::null())
         .kill_on_drop(true);
-    if own_group {
-        cmd.process_group(pid);
-    }
+    // In the command's group, or (a terminal) in one of its own: never in the terminal's
+    // foreground group, which Ctrl-Z stops ([`crate::watchdog`]).
+    cmd.process_group(if own_group { pid } else { 0 });
     let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => {

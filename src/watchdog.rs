@@ -16,6 +16,12 @@
 //! - on end of input (`leasehold lock` is gone), sends SIGTERM at once and SIGKILL after the kill
 //!   grace, or at the deadline above if that comes first.
 //!
+//! A PID target (the command has no process group of its own: a terminal) is signalled with every
+//! process below it ([`kill_tree`]). The watchdog then runs in a process group of its own, so
+//! that Ctrl-Z, which stops the terminal's foreground group (`leasehold lock` and its command),
+//! does not stop it: a command stopped past its deadline is killed, not resumed by `fg` beside
+//! the next holder (a newcomer trial's finding).
+//!
 //! Both moments are before the operator may grant the lock to anyone else, because
 //! `leasehold lock` refuses a kill grace with `renew deadline + kill grace >= lease duration`.
 //! The target is a process group (negative PID, as in kill(2)) when the command runs in one; the
@@ -104,13 +110,15 @@ pub fn run(args: WatchdogArgs) {
     });
     // Deadlines on `CLOCK_MONOTONIC`, as the renewals' starts are.
     let mut kill_at = None::<Duration>;
+    // The processes below the target found when it was signalled (PID, start time).
+    let mut seen = vec![];
     loop {
         let deadline = last_renewal + budget;
         let deadline = kill_at.map_or(deadline, |k| k.min(deadline));
         // A clock that cannot be read counts as the deadline passed.
         let left = monotonic_now().map_or(Duration::ZERO, |now| deadline.saturating_sub(now));
         if left.is_zero() {
-            let _ = kill(target, Signal::SIGKILL);
+            kill_tree(target, Signal::SIGKILL, &mut seen);
             return;
         }
         if kill(target, None).is_err() {
@@ -120,11 +128,76 @@ pub fn run(args: WatchdogArgs) {
             Ok(Some(started_ns)) => last_renewal = last_renewal.max(Duration::from_nanos(started_ns)),
             Ok(None) | Err(RecvTimeoutError::Disconnected) if kill_at.is_none() => {
                 // `leasehold lock` is gone: nobody renews; stop the command now.
-                let _ = kill(target, Signal::SIGTERM);
+                kill_tree(target, Signal::SIGTERM, &mut seen);
                 kill_at = Some(monotonic_now().unwrap_or_default() + grace);
             }
             Ok(None) | Err(RecvTimeoutError::Disconnected) => std::thread::sleep(POLL.min(grace)),
             Err(RecvTimeoutError::Timeout) => {}
         }
     }
+}
+
+/// Sends `sig` to `target`: a process group (negative) as a whole; a process with every live
+/// process below it first (its children, theirs, ..., by `ppid` from `/proc`, the `procfs`
+/// crate), found while it still runs, so that they are not left to init (with a terminal the
+/// command has no process group of its own, and `leasehold lock`, their subreaper, may be the
+/// one that died: a newcomer trial found a command's children running on beside the next holder
+/// after `kill -9` of `leasehold lock`). `seen` keeps what earlier calls found (PID and start
+/// time): a child whose parent died of the SIGTERM is re-parented to init, out of the target's
+/// tree, and still gets the SIGKILL (if that PID still is the same process).
+pub fn kill_tree(target: Pid, sig: Signal, seen: &mut Vec<(i32, u64)>) {
+    if target.as_raw() > 0 {
+        for b in below(target.as_raw(), None).unwrap_or_default().into_iter().filter(|b| !b.zombie) {
+            if !seen.contains(&(b.pid, b.start)) {
+                seen.push((b.pid, b.start));
+            }
+        }
+        for &(pid, start) in seen.iter() {
+            let same = procfs::process::Process::new(pid).and_then(|p| p.stat()).is_ok_and(|st| st.starttime == start);
+            if same {
+                let _ = kill(Pid::from_raw(pid), sig);
+            }
+        }
+    }
+    let _ = kill(target, sig);
+}
+
+/// A process below another, as [`below`] finds it.
+#[derive(Clone, Copy, Debug)]
+pub struct Below {
+    /// Its PID.
+    pub pid: i32,
+    /// Its process group.
+    pub pgrp: i32,
+    /// Exited, not yet reaped.
+    pub zombie: bool,
+    /// Its parent.
+    pub ppid: i32,
+    /// When it started (clock ticks after boot, `/proc/<pid>/stat` field 22): with the PID, names
+    /// the process even after the PID is reused.
+    pub start: u64,
+}
+
+/// Every process below `root` (its children, theirs, and so on, by `ppid` from `/proc`, the
+/// `procfs` crate), zombies included, but `spared` and what runs below it.
+///
+/// # Errors
+/// `/proc` cannot be read.
+pub fn below(root: i32, spared: Option<i32>) -> procfs::ProcResult<Vec<Below>> {
+    let mut children: std::collections::HashMap<i32, Vec<Below>> = std::collections::HashMap::new();
+    for stat in procfs::process::all_processes()?.flatten().filter_map(|p| p.stat().ok()) {
+        let b =
+            Below { pid: stat.pid, pgrp: stat.pgrp, zombie: stat.state == 'Z', ppid: stat.ppid, start: stat.starttime };
+        children.entry(stat.ppid).or_default().push(b);
+    }
+    let (mut out, mut todo) = (vec![], vec![root]);
+    while let Some(parent) = todo.pop() {
+        for b in children.get(&parent).map_or(&[][..], Vec::as_slice) {
+            if Some(b.pid) != spared {
+                out.push(*b);
+                todo.push(b.pid);
+            }
+        }
+    }
+    Ok(out)
 }
