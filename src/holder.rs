@@ -1268,14 +1268,17 @@ pub struct Ticket {
 }
 
 impl Ticket {
-    /// The lock's `leaseDurationSeconds`: how long after this holder's last renewal the operator
-    /// may grant the lock to someone else.
+    /// The lock's `leaseDurationSeconds` as read when this ticket queued. The grant may be held
+    /// under a shorter one (the lock's lowered meanwhile: [`LockGuard::lease_duration`]); the
+    /// operator grants the lock to someone else no sooner than the grant's after the last renewal
+    /// it saw.
     pub fn lease_duration(&self) -> Duration {
         self.lease_duration
     }
 
     /// Without a successful renewal for this long, the lock counts as lost (measured from the
-    /// start of the last successful renewal, on this process's monotonic clock).
+    /// start of the last successful renewal, on this process's monotonic clock), as resolved
+    /// when this ticket queued; the grant's may be shorter ([`LockGuard::renew_deadline`]).
     pub fn renew_deadline(&self) -> Duration {
         self.timings.renew_deadline
     }
