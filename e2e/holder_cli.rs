@@ -134,6 +134,10 @@ async fn hot_standby_takes_over_after_the_holder_is_killed_with_a_higher_token()
         out.lines().find_map(|l| l.strip_prefix(&format!("{who}="))).and_then(|t| t.trim().parse().ok()).unwrap()
     };
     assert!(token(&b.output(), "b") > token(&a.output(), "a"));
+    // a did not release: the operator took the lock back, and its Event says so.
+    let note = ns.wait_event("DistributedLock", "Released").await.note.unwrap_or_default();
+    assert!(note.starts_with("the lock was taken back from a (token "), "{note}");
+    assert!(note.ends_with("HolderLeaseExpired"), "{note}");
     let _ = b.child.kill();
     ns.cleanup().await;
 }

@@ -1587,7 +1587,14 @@ async fn record_release(ctx: &Context, lock: &DistributedLock, r: &Release) {
         Metrics::inc(&ctx.metrics.reclaims, reason);
     }
     let type_ = if r.reason == grant::ReleaseReason::NodeLost { EventType::Warning } else { EventType::Normal };
-    let note = format!("{} released the lock (token {}): {reason}", r.name, r.token);
+    // A holder that stopped renewing, lost its node or was withdrawn did not release anything:
+    // the operator took the lock back (a newcomer trial read "released" as the holder's doing).
+    let note = match r.reason {
+        grant::ReleaseReason::Expired | grant::ReleaseReason::NodeLost | grant::ReleaseReason::Withdrawn => {
+            format!("the lock was taken back from {} (token {}): {reason}", r.name, r.token)
+        }
+        _ => format!("{} released the lock (token {}): {reason}", r.name, r.token),
+    };
     tracing::info!(lock = %lock.name_any(), pod = %r.name, token = r.token, reason, "released");
     let pod = super::pod_ref_by_name(lock.namespace(), &r.name);
     ctx.event_related(&lock.object_ref(&()), Some(pod), type_, "Released", note, "Release").await;
