@@ -1294,9 +1294,10 @@ impl Ticket {
         self.request
     }
 
-    /// The UID the Lease names when this ticket is granted (`leasehold.dev/holder-uid`): the
-    /// claim's, or a standing claim's request UID ([`request_uid`]).
-    fn grant_uid(&self) -> String {
+    /// The UID the Lease names when this ticket is granted (`leasehold.dev/holder-uid`, the
+    /// lock's `status.holder.uid`): the claim's, or a standing claim's request UID
+    /// ([`request_uid`]).
+    pub fn grant_uid(&self) -> String {
         match self.request {
             Some(r) => request_uid(&self.claim_uid, r),
             None => self.claim_uid.clone(),

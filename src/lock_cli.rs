@@ -183,7 +183,9 @@ async fn run_inner(args: LockArgs) -> anyhow::Result<i32> {
             }
         };
         // Leave the queue cleanly when a signal ends the wait (each of them would end the process).
-        let progress = report_progress(&locks, &args.lock, ticket.claim_name(), args.progress_interval.into());
+        let grant_uid = ticket.grant_uid();
+        let progress =
+            report_progress(&locks, &args.lock, (ticket.claim_name(), &grant_uid), args.progress_interval.into());
         let left = wait_until.map(|u| u.saturating_duration_since(tokio::time::Instant::now()));
         let acquired = tokio::select! {
             r = ticket.wait(left) => r,
@@ -326,7 +328,7 @@ async fn run_set(
 async fn report_progress(
     locks: &Api<DistributedLock>,
     lock: &str,
-    claim: &str,
+    (claim, uid): (&str, &str),
     every: Duration,
 ) -> std::convert::Infallible {
     let started = tokio::time::Instant::now();
@@ -337,7 +339,7 @@ async fn report_progress(
         }
         tokio::time::sleep(every).await;
         let Ok(l) = locks.get(lock).await else { continue };
-        let text = progress_text(&l, lock, claim, started.elapsed());
+        let text = progress_text(&l, lock, (claim, uid), started.elapsed());
         if text != said {
             eprintln!("leasehold lock: {text}");
             said = text;
@@ -345,10 +347,16 @@ async fn report_progress(
     }
 }
 
-/// The progress line for a claim that waits for `lock` (see [`report_progress`]).
-fn progress_text(l: &DistributedLock, lock: &str, claim: &str, waited: Duration) -> String {
+/// The progress line for a claim (name, and the UID its grant names: `Ticket::grant_uid`) that
+/// waits for `lock` (see [`report_progress`]).
+fn progress_text(l: &DistributedLock, lock: &str, (claim, uid): (&str, &str), waited: Duration) -> String {
     let status = l.status.clone().unwrap_or_default();
     let held = match &status.holder {
+        // Granted, not yet taken up (a process paused through its grant, a newcomer trial saw it
+        // named as the holder it waited for).
+        Some(h) if h.uid.as_deref() == Some(uid) => {
+            return format!("lock {lock} is granted to claim {claim} (fencing token {}): taking it up", h.token);
+        }
         Some(h) => format!("held by {} (fencing token {})", h.name, h.token),
         None => "free".to_string(),
     };
@@ -712,7 +720,7 @@ mod tests {
     fn progress_names_the_holder_and_the_claims_place() {
         let l = lock_with(Some(("a", 7)), &["l-x", "l-me"], 2);
         assert_eq!(
-            progress_text(&l, "l", "l-me", secs(10)),
+            progress_text(&l, "l", ("l-me", "uid-me"), secs(10)),
             "waiting for lock l, held by a (fencing token 7); claim l-me is 2 of 2 in the queue"
         );
     }
@@ -720,11 +728,21 @@ mod tests {
     #[test]
     fn progress_says_when_no_operator_has_queued_the_claim() {
         let l = lock_with(None, &[], 0);
-        let text = progress_text(&l, "l", "l-me", secs(10));
+        let text = progress_text(&l, "l", ("l-me", "uid-me"), secs(10));
         assert!(text.starts_with("waiting for lock l for 10s, free; no operator has queued claim l-me yet"), "{text}");
         let full: Vec<String> = (0..10).map(|i| format!("l-{i}")).collect();
         let l = lock_with(Some(("a", 7)), &full.iter().map(String::as_str).collect::<Vec<_>>(), 12);
-        assert!(progress_text(&l, "l", "l-me", secs(10)).ends_with("12 wait, claim l-me is beyond the first 10"));
+        assert!(
+            progress_text(&l, "l", ("l-me", "uid-me"), secs(10))
+                .ends_with("12 wait, claim l-me is beyond the first 10")
+        );
+        // Granted to this claim, not yet taken up: not "held by" itself, not "no operator".
+        let mut l = lock_with(Some(("me", 22)), &[], 0);
+        l.status.as_mut().unwrap().holder.as_mut().unwrap().uid = Some("uid-me".into());
+        assert_eq!(
+            progress_text(&l, "l", ("l-me", "uid-me"), secs(10)),
+            "lock l is granted to claim l-me (fencing token 22): taking it up"
+        );
     }
 
     #[test]
