@@ -392,8 +392,11 @@ async fn a_lock_set_granted_under_a_lowered_lease_duration_renews_at_its_pace() 
     locks.patch("a", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&body)).await.unwrap();
     signal("-CONT");
     let waiting = tokio::spawn(async move { ticket.wait(Some(Duration::from_secs(120))).await });
+    // a's Lease is created at its first grant: absent until then.
+    let leases = ns.api::<k8s_openapi::api::coordination::v1::Lease>();
     wait_until("a names the set tentatively", WAIT_SET, || async {
-        lease_of(&ns, "a").await.0.as_deref() == Some("s-host")
+        let lease = leases.get_opt("a").await.unwrap();
+        lease.and_then(|l| l.spec?.holder_identity).as_deref() == Some("s-host")
     })
     .await;
     let lease = ns.api::<k8s_openapi::api::coordination::v1::Lease>().get("a").await.unwrap();
